@@ -1,0 +1,326 @@
+"""Fused Relax module -> the list of layers (kernels) worth tuning.
+
+A *layer* is one fused TIR PrimFunc: the unit TVM generates one kernel for, and so the
+unit of tuning and of history. Everything here reads the TIR itself (block names,
+iteration domains, access indices), so layers from any ONNX model are described the
+same way, whatever the op that produced them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Op classes worth spending measurements on; the rest keep TVM's default schedule.
+TUNABLE_CLASSES = (
+    "conv2d",
+    "depthwise_conv2d",
+    "dense",
+    "batch_matmul",
+    "pool",
+    "softmax",
+    "norm",
+    "reduction",
+)
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1}
+_REDUCE = 2  # IterVar.iter_type of a reduction axis (CommReduce)
+
+
+@dataclass
+class Layer:
+    """One kernel of the model, described well enough to key history and transfer."""
+
+    name: str
+    op_class: str
+    anchor: str
+    dtype: str
+    inputs: list[list[int]]
+    weights: list[list[int]]
+    output: list[int]
+    attrs: dict[str, Any]
+    epilogue: list[str]
+    flops: float
+    bytes: float
+    workload_key: str
+    batch_invariant_key: str
+    occurrences: int
+    spatial: list[int] = field(default_factory=list)
+    reduction: list[int] = field(default_factory=list)
+    func: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def tunable(self) -> bool:
+        return self.op_class in TUNABLE_CLASSES
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    def features(self) -> list[float]:
+        """Fixed-length numeric description used for similarity between layers."""
+        sp = [math.log2(max(d, 1)) for d in self.spatial][:6]
+        rd = [math.log2(max(d, 1)) for d in self.reduction][:4]
+        sp += [0.0] * (6 - len(sp))
+        rd += [0.0] * (4 - len(rd))
+        a = self.attrs
+        return sp + rd + [
+            math.log2(max(self.flops, 1.0)),
+            math.log2(max(self.bytes, 1.0)),
+            math.log2(max(self.arithmetic_intensity, 1e-3)),
+            float(a.get("stride", [1])[0]),
+            float(a.get("kernel", [1])[0]),
+            float(a.get("dilation", [1])[0]),
+            math.log2(max(a.get("groups", 1), 1)),
+        ]
+
+    def descriptor(self) -> dict[str, Any]:
+        """What a person needs to recognise the layer (stored with the workload)."""
+        return {
+            "name": self.name,
+            "op_class": self.op_class,
+            "anchor": self.anchor,
+            "dtype": self.dtype,
+            "inputs": self.inputs,
+            "weights": self.weights,
+            "output": self.output,
+            "attrs": self.attrs,
+            "epilogue": self.epilogue,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("func", None)
+        d["tunable"] = self.tunable
+        d["arithmetic_intensity"] = self.arithmetic_intensity
+        return d
+
+
+def decompose(mod, *, batch_size: int | None = None) -> list[Layer]:
+    """One :class:`Layer` per distinct PrimFunc called from ``main``, in call order."""
+    import tvm
+    from tvm import relax
+
+    calls: list[tuple[str, list[bool]]] = []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
+                gvar = value.args[0]
+                args = value.args[1].fields if isinstance(value.args[1], relax.Tuple) else [value.args[1]]
+                calls.append((gvar.name_hint, [isinstance(a, tvm.ir.expr.Constant) for a in args]))
+
+    counts: dict[str, int] = {}
+    for name, _ in calls:
+        counts[name] = counts.get(name, 0) + 1
+    layers: list[Layer] = []
+    seen: set[str] = set()
+    for name, const_mask in calls:
+        if name in seen:
+            continue
+        seen.add(name)
+        layers.append(describe(name, mod[name], const_mask, counts[name], batch_size))
+    return layers
+
+
+def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_size: int | None) -> Layer:
+    """Read one PrimFunc: anchor block, op class, shapes, attributes, FLOPs, keys."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    root = sch.get_sblock("root")
+    local = {buf.name for buf in sch.get(root).alloc_buffers}
+    blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
+
+    params = [p.ty for p in func.params]
+    shapes = [[int(d) for d in t.shape] for t in params]
+    dtype = str(params[0].dtype) if params else "float32"
+    inputs = [s for s, c in zip(shapes[:-1], const_mask) if not c]
+    weights = [s for s, c in zip(shapes[:-1], const_mask) if c]
+    output = shapes[-1] if shapes else []
+
+    def volume(block) -> int:
+        return math.prod(int(iv.dom.extent) for iv in block.iter_vars)
+
+    reducers = [b for b in blocks if any(int(iv.iter_type) == _REDUCE for iv in b.iter_vars)]
+    anchor = max(reducers or blocks, key=volume)
+    spatial = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) != _REDUCE]
+    reduction = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE]
+    op_class = _classify(anchor, bool(reducers), blocks, inputs)
+    attrs = _attributes(anchor, blocks, op_class, weights)
+
+    flops = 0.0
+    for b in blocks:
+        is_mac = b is anchor and op_class in ("conv2d", "depthwise_conv2d", "dense", "batch_matmul")
+        flops += volume(b) * (2 if is_mac else 1)
+    nbytes = float(sum(math.prod(s) for s in shapes) * _DTYPE_BYTES.get(dtype, 4))
+    epilogue = [b.name_hint.removeprefix("T_") for b in blocks if b is not anchor and b.name_hint not in ("pad_temp", "data_pad", "PadInput")]
+
+    workload_key = _digest(["workload", _structure_hash(func), dtype])
+    batch = batch_size if batch_size is not None else (inputs[0][0] if inputs and inputs[0] else 1)
+    invariant = {
+        "op_class": op_class,
+        "anchor": anchor.name_hint,
+        "dtype": dtype,
+        "inputs": [_drop_batch(s, batch) for s in inputs],
+        "weights": weights,
+        "output": _drop_batch(output, batch),
+        "attrs": attrs,
+        "epilogue": epilogue,
+    }
+    return Layer(
+        name=name,
+        op_class=op_class,
+        anchor=anchor.name_hint,
+        dtype=dtype,
+        inputs=inputs,
+        weights=weights,
+        output=output,
+        attrs=attrs,
+        epilogue=epilogue,
+        flops=float(flops),
+        bytes=nbytes,
+        workload_key=workload_key,
+        batch_invariant_key=_digest(["invariant", invariant]),
+        occurrences=occurrences,
+        spatial=spatial,
+        reduction=reduction,
+        func=func,
+    )
+
+
+def _classify(anchor, has_reduction: bool, blocks, inputs: list[list[int]]) -> str:
+    name = anchor.name_hint.lower()
+    if "conv" in name:
+        return "depthwise_conv2d" if "depthwise" in name else "conv2d"
+    if "matmul" in name or "dense" in name:
+        spatial = [iv for iv in anchor.iter_vars if int(iv.iter_type) != _REDUCE]
+        batched = len(inputs) >= 2 and all(len(s) >= 3 and s[0] > 1 for s in inputs[:2])
+        return "batch_matmul" if batched and len(spatial) >= 3 else "dense"
+    if "pool" in name:
+        return "pool"
+    if "softmax" in name:
+        return "softmax"
+    names = " ".join(b.name_hint.lower() for b in blocks)
+    if "norm" in names or "variance" in names or "rsqrt" in names:
+        return "norm"
+    if has_reduction:
+        return "reduction"
+    injective = ("reshape", "transpose", "concat", "strided_slice", "take", "split", "squeeze", "layout", "broadcast_to")
+    if all(any(k in b.name_hint.lower() for k in injective) for b in blocks):
+        return "injective"
+    return "elementwise"
+
+
+def _attributes(anchor, blocks, op_class: str, weights: list[list[int]]) -> dict[str, Any]:
+    """Stride, padding, dilation, kernel and groups read back from the TIR indices."""
+    attrs: dict[str, Any] = {}
+    if op_class in ("conv2d", "depthwise_conv2d"):
+        spatial_vars = [iv.var for iv in anchor.iter_vars if int(iv.iter_type) != _REDUCE]
+        reduce_vars = [iv.var for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE]
+        data = anchor.reads[0]
+        strides, dilations = [], []
+        for idx in data.region[-2:]:
+            s, d = _linear_coeffs(idx.min, spatial_vars[-2:], reduce_vars)
+            strides.append(s)
+            dilations.append(d)
+        attrs["stride"] = strides
+        attrs["dilation"] = dilations
+        kernel = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE][-2:]
+        attrs["kernel"] = kernel
+        attrs["padding"] = _padding(blocks)
+        w = weights[0] if weights else []
+        in_ch = int(data.source.shape[1]) if len(data.source.shape) == 4 else 0
+        if op_class == "depthwise_conv2d":
+            attrs["groups"] = in_ch or 1
+        elif w and len(w) == 4 and w[1]:
+            attrs["groups"] = max(1, in_ch // w[1]) if in_ch else 1
+        else:
+            attrs["groups"] = 1
+    elif op_class == "pool":
+        reduce_ext = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE]
+        attrs["kernel"] = reduce_ext
+        attrs["kind"] = "max" if "max" in anchor.name_hint else "avg"
+        attrs["padding"] = _padding(blocks)
+    return attrs
+
+
+def _linear_coeffs(expr, spatial_vars, reduce_vars) -> tuple[int, int]:
+    """(stride, dilation) of an index like ``y*2 + ry``: the coefficients of y and ry."""
+    from tvm.sym.pattern import detect_linear_equation
+
+    for sv in spatial_vars:
+        for rv in reduce_vars:
+            coeffs = detect_linear_equation(expr, [sv, rv])
+            if len(coeffs) == 3:
+                try:
+                    s, d = int(coeffs[0]), int(coeffs[1])
+                except (TypeError, ValueError):
+                    continue
+                if s > 0 and d > 0:
+                    return s, d
+    return 1, 1
+
+
+def _padding(blocks) -> list[int]:
+    """Pad-before per spatial dim, from the pad block's shifted read (``x - 1`` -> 1)."""
+    from tvm.sym.pattern import detect_linear_equation
+
+    for b in blocks:
+        if b.name_hint in ("pad_temp", "data_pad", "PadInput") and b.reads:
+            pads = []
+            for idx, iv in zip(b.reads[0].region[-2:], b.iter_vars[-2:]):
+                coeffs = detect_linear_equation(idx.min, [iv.var])
+                try:
+                    pads.append(max(0, -int(coeffs[1])) if len(coeffs) == 2 else 0)
+                except (TypeError, ValueError):
+                    pads.append(0)
+            return pads
+    return [0, 0]
+
+
+def _drop_batch(shape: list[int], batch: int) -> list[int]:
+    return shape[1:] if shape and shape[0] == batch else list(shape)
+
+
+def _structure_hash(func) -> str:
+    """Identical kernels hash equal whatever their parameter names (TVM structural hash)."""
+    import tvm_ffi
+
+    return str(tvm_ffi.structural_hash(func.without_attr("global_symbol") if "global_symbol" in func.attrs else func))
+
+
+def _digest(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def format_table(layers: list[Layer]) -> str:
+    """Plain-text table for ``autotune layers``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=None, show_lines=False)
+    for col in ("#", "layer", "class", "shapes", "attrs", "epilogue", "MFLOP", "KB", "x", "key"):
+        table.add_column(col, overflow="fold")
+    for i, layer in enumerate(layers):
+        shapes = " ".join("x".join(map(str, s)) for s in layer.inputs + layer.weights) + " -> " + "x".join(map(str, layer.output))
+        attrs = ", ".join(f"{k}={v}" for k, v in layer.attrs.items())
+        table.add_row(
+            str(i),
+            layer.name,
+            layer.op_class + ("" if layer.tunable else " (default)"),
+            shapes,
+            attrs,
+            "+".join(layer.epilogue),
+            f"{layer.flops / 1e6:.1f}",
+            f"{layer.bytes / 1024:.0f}",
+            str(layer.occurrences),
+            layer.workload_key[:10],
+        )
+    console = Console(width=200, record=True, force_terminal=False)
+    with console.capture() as cap:
+        console.print(table)
+    return cap.get()

@@ -1,0 +1,218 @@
+"""ONNX in, fused Relax module out.
+
+Everything that can go wrong with a user's model file is caught here and turned into
+one :class:`AutotuneError` line, before TVM gets a chance to print a C++ backtrace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 9: "bool", 16: "bfloat16"}
+
+
+@dataclass
+class ModelSpec:
+    """A loaded model with every input shape fixed (TVM tunes static shapes)."""
+
+    name: str
+    source: str  # "zoo:resnet18" or an absolute path
+    proto: Any  # onnx.ModelProto
+    input_shapes: dict[str, tuple[int, ...]]
+    input_dtypes: dict[str, str]
+    output_names: list[str] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str:
+        """Content hash: identifies the model in reports regardless of its file name."""
+        return hashlib.sha256(self.proto.SerializeToString()).hexdigest()[:16]
+
+
+def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``["input=1x3x224x224"]`` -> ``{"input": (1, 3, 224, 224)}``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items or []:
+        name, sep, dims = item.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.lower().replace(",", "x").split("x") if d != "")
+            if not shape or any(d <= 0 for d in shape):
+                raise ValueError
+        except ValueError:
+            raise AutotuneError(
+                f"bad --input-shape {item!r}: expected NAME=DxDx..., e.g. input=1x3x224x224"
+            ) from None
+        shapes[name] = shape
+    return shapes
+
+
+def load_model(
+    model: str,
+    *,
+    input_shapes: dict[str, tuple[int, ...]] | None = None,
+    batch_size: int = 1,
+    size: int | None = None,
+    seed: int = 0,
+) -> ModelSpec:
+    """Load a zoo model by name or an ONNX file by path, and pin its input shapes."""
+    import onnx
+
+    from autotune import zoo
+
+    path = Path(model).expanduser()
+    zoo_names = {e.name for e in zoo.list_models()}
+    if model in zoo_names and not path.exists():
+        proto = zoo.build_model(model, batch_size=batch_size, size=size, seed=seed)
+        name, source = model, f"zoo:{model}"
+    else:
+        if not path.exists():
+            hint = "" if model.endswith(".onnx") else f" (and no zoo model named {model!r}; see 'autotune zoo list')"
+            raise AutotuneError(f"model file not found: {model}{hint}")
+        if path.is_dir():
+            raise AutotuneError(f"model path is a directory, not an ONNX file: {model}")
+        try:
+            proto = onnx.load(str(path))
+        except Exception as err:  # protobuf DecodeError and friends
+            raise AutotuneError(f"{model} is not an ONNX model ({type(err).__name__}: {_first_line(err)})") from None
+        if not proto.graph.node:
+            raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
+        name, source = path.stem, str(path.resolve())
+    return _pin_shapes(proto, name, source, input_shapes or {})
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _pin_shapes(proto, name: str, source: str, overrides: dict[str, tuple[int, ...]]) -> ModelSpec:
+    import onnx
+
+    initializers = {init.name for init in proto.graph.initializer}
+    graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
+    unknown = set(overrides) - {i.name for i in graph_inputs}
+    if unknown:
+        names = ", ".join(i.name for i in graph_inputs)
+        raise AutotuneError(f"--input-shape names unknown input(s) {', '.join(sorted(unknown))}; model inputs: {names}")
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, str] = {}
+    for inp in graph_inputs:
+        ttype = inp.type.tensor_type
+        dtypes[inp.name] = _ONNX_DTYPES.get(ttype.elem_type, "float32")
+        if inp.name in overrides:
+            declared = list(ttype.shape.dim)
+            if declared and len(declared) != len(overrides[inp.name]):
+                raise AutotuneError(
+                    f"--input-shape {inp.name} has rank {len(overrides[inp.name])}, the model's input has rank {len(declared)}"
+                )
+            shapes[inp.name] = overrides[inp.name]
+            continue
+        dims = []
+        for d in ttype.shape.dim:
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(d.dim_value)
+            else:
+                example = "x".join(str(x.dim_value) if x.dim_value > 0 else "N" for x in ttype.shape.dim)
+                raise AutotuneError(
+                    f"input {inp.name!r} has a dynamic shape ({example}); fix it with --input-shape {inp.name}=..."
+                )
+        shapes[inp.name] = tuple(dims)
+
+    if overrides or _computes_shapes(proto):
+        proto = _simplify(proto, shapes)
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as err:
+        raise AutotuneError(f"invalid ONNX model {source}: {_first_line(err)}") from None
+    outputs = [o.name for o in proto.graph.output]
+    return ModelSpec(name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs)
+
+
+def _computes_shapes(proto) -> bool:
+    """PyTorch exports often compute shapes at run time; TVM wants them folded first."""
+    return any(n.op_type in {"Shape", "ConstantOfShape", "Range", "NonZero"} for n in proto.graph.node)
+
+
+def _simplify(proto, shapes: dict[str, tuple[int, ...]]):
+    """Fold shape computations with onnxsim for the pinned input shapes."""
+    try:
+        import onnxsim
+    except ImportError:  # optional: without it we hand the graph to TVM as is
+        return _set_input_dims(proto, shapes)
+    try:
+        simplified, ok = onnxsim.simplify(proto, overwrite_input_shapes={k: list(v) for k, v in shapes.items()})
+    except Exception:
+        return _set_input_dims(proto, shapes)
+    return simplified if ok else _set_input_dims(proto, shapes)
+
+
+def _set_input_dims(proto, shapes: dict[str, tuple[int, ...]]):
+    for inp in proto.graph.input:
+        if inp.name in shapes:
+            dims = inp.type.tensor_type.shape.dim
+            del dims[:]
+            for v in shapes[inp.name]:
+                dims.add().dim_value = v
+    return proto
+
+
+def to_relax(spec: ModelSpec):
+    """Import into Relax with weights bound as constants (they travel in the export)."""
+    import tvm
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    supported = set(_get_convert_map()) | {"Constant", "If"}
+    missing = sorted({n.op_type for n in spec.proto.graph.node} - supported)
+    if missing:
+        raise AutotuneError(
+            f"{spec.source}: ONNX op(s) not supported by TVM's ONNX frontend: {', '.join(missing)}"
+        )
+    opset = max((o.version for o in spec.proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
+    try:
+        mod = from_onnx(
+            spec.proto,
+            shape_dict={k: list(v) for k, v in spec.input_shapes.items()},
+            dtype_dict=spec.input_dtypes,
+            opset=opset,
+            keep_params_in_input=False,
+        )
+    except tvm.error.OpNotImplemented as err:
+        raise AutotuneError(f"{spec.source}: {_first_line(err)}") from None
+    except Exception as err:
+        raise AutotuneError(f"{spec.source}: TVM's ONNX frontend failed: {_first_line(err)}") from None
+    return mod
+
+
+def fuse(mod):
+    """Legalize to TIR and fuse: each remaining PrimFunc is one kernel TVM will emit."""
+    from tvm import relax
+    import tvm
+
+    seq = tvm.transform.Sequential(
+        [
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+            relax.transform.DeadCodeElimination(),
+        ]
+    )
+    try:
+        return seq(mod)
+    except Exception as err:
+        raise AutotuneError(f"lowering the model to TIR failed: {_first_line(err)}") from None
+
+
+def load_and_fuse(model: str, **kwargs):
+    """Convenience for commands: (spec, fused Relax IRModule)."""
+    spec = load_model(model, **kwargs)
+    return spec, fuse(to_relax(spec))
+

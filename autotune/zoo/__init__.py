@@ -1,0 +1,173 @@
+"""The bundled model zoo: ONNX models built in code with seeded random weights.
+
+Tuning only needs a model's architecture (operator types and static shapes),
+so the zoo builds the real torchvision / transformer architectures offline
+instead of downloading trained weights. Same name + arguments + seed always
+gives a byte-identical model, so tuning records can be tied to a workload.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from autotune.errors import AutotuneError
+from autotune.zoo.alexnet import MIN_SIZE as ALEXNET_MIN_SIZE
+from autotune.zoo.alexnet import alexnet
+from autotune.zoo.graph import GraphBuilder
+from autotune.zoo.mobilenet import mobilenetv2
+from autotune.zoo.resnet import resnet18, resnet50
+from autotune.zoo.transformer import D_MODEL, transformer
+from autotune.zoo.vgg import vgg11
+
+__all__ = ["ZooEntry", "list_models", "get_entry", "build_model", "export_model"]
+
+INPUT_NAME = "input"
+OUTPUT_NAME = "output"
+NUM_CLASSES = 1000
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """What a caller needs to know to feed a zoo model without building it first.
+
+    ``default_size`` / ``min_size`` are the image side for CNNs and the
+    sequence length for the transformer. ``kind`` is ``"image"`` (NCHW input
+    with ``channels`` channels) or ``"sequence"`` ([batch, seq, channels]).
+    """
+
+    name: str
+    description: str
+    input_name: str
+    default_size: int
+    min_size: int
+    kind: str = "image"
+    channels: int = 3
+
+    def input_shape(self, batch_size: int, size: int) -> tuple[int, ...]:
+        """Static shape of the ``input`` tensor for this batch size and size."""
+        if self.kind == "sequence":
+            return (batch_size, size, self.channels)
+        return (batch_size, self.channels, size, size)
+
+    def output_shape(self, batch_size: int, size: int) -> tuple[int, ...]:
+        """Static shape of the ``output`` tensor (logits for CNNs, hidden states otherwise)."""
+        if self.kind == "sequence":
+            return (batch_size, size, self.channels)
+        return (batch_size, NUM_CLASSES)
+
+
+_Builder = Callable[[GraphBuilder, str, str], str]
+
+_REGISTRY: dict[str, tuple[ZooEntry, _Builder]] = {
+    e.name: (e, fn)
+    for e, fn in (
+        (ZooEntry("resnet18", "ResNet-18 (basic blocks, BatchNorm), torchvision layout",
+                  INPUT_NAME, 224, 32), resnet18),
+        (ZooEntry("resnet50", "ResNet-50 (bottleneck blocks, BatchNorm), torchvision v1.5 layout",
+                  INPUT_NAME, 224, 32), resnet50),
+        (ZooEntry("vgg11", "VGG-11 (config A, no BatchNorm), torchvision layout",
+                  INPUT_NAME, 224, 32), vgg11),
+        (ZooEntry("alexnet", "AlexNet, torchvision variant",
+                  INPUT_NAME, 224, ALEXNET_MIN_SIZE), alexnet),
+        (ZooEntry("mobilenetv2", "MobileNetV2 (inverted residuals, depthwise convs, ReLU6)",
+                  INPUT_NAME, 224, 32), mobilenetv2),
+        (ZooEntry("transformer",
+                  "Transformer encoder block (d_model 256, 4 heads, FFN 1024, GELU); "
+                  "size is the sequence length",
+                  INPUT_NAME, 128, 1, kind="sequence", channels=D_MODEL), transformer),
+    )
+}
+
+
+def list_models() -> list[ZooEntry]:
+    """All zoo entries, in a stable order (for CLI listings)."""
+    return [entry for entry, _ in _REGISTRY.values()]
+
+
+def get_entry(name: str) -> ZooEntry:
+    """Look up one entry; unknown names list the valid ones so the user can fix a typo."""
+    try:
+        return _REGISTRY[name][0]
+    except (KeyError, TypeError):
+        available = ", ".join(_REGISTRY)
+        raise AutotuneError(f"unknown zoo model {name!r}; available: {available}") from None
+
+
+def _check_int(what: str, value: object, minimum: int, hint: str = "") -> int:
+    """Reject bools/floats/too-small values with a one-line user-facing message."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AutotuneError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise AutotuneError(f"{what} must be at least {minimum}{hint}, got {value}")
+    return value
+
+
+def build_model(
+    name: str, *, batch_size: int = 1, size: int | None = None, seed: int = 0
+) -> onnx.ModelProto:
+    """Build zoo model ``name`` with fully static shapes and seeded random weights.
+
+    ``size`` defaults to the entry's ``default_size``; sizes below ``min_size``
+    are rejected because some layer would produce an empty feature map.
+    """
+    entry, builder = _REGISTRY[get_entry(name).name]
+    batch_size = _check_int("batch size", batch_size, 1)
+    size = entry.default_size if size is None else size
+    what = "sequence length" if entry.kind == "sequence" else "image size"
+    size = _check_int(f"{name} {what}", size, entry.min_size,
+                      hint=" (smaller inputs vanish in the downsampling layers)"
+                      if entry.kind == "image" else "")
+    seed = _check_int("seed", seed, 0)
+
+    g = GraphBuilder(seed)
+    x = g.input(INPUT_NAME, entry.input_shape(batch_size, size))
+    try:
+        out = builder(g, x, OUTPUT_NAME)
+    except AutotuneError as exc:
+        raise AutotuneError(f"zoo model {name!r} at batch {batch_size}, size {size}: {exc}") from None
+    assert out == OUTPUT_NAME and g.shapes[out] == entry.output_shape(batch_size, size)
+    return g.finish(
+        out,
+        graph_name=name,
+        doc=f"autotune zoo model '{name}': {entry.description}; random weights (seed {seed})",
+        metadata={
+            "autotune.zoo.name": name,
+            "autotune.zoo.batch_size": str(batch_size),
+            "autotune.zoo.size": str(size),
+            "autotune.zoo.seed": str(seed),
+        },
+    )
+
+
+def export_model(
+    name: str,
+    path: str | os.PathLike[str],
+    *,
+    batch_size: int = 1,
+    size: int | None = None,
+    seed: int = 0,
+) -> Path:
+    """Build a zoo model and save it to ``path`` atomically.
+
+    The model is built before anything touches the disk, then written to a
+    temporary file beside the target and renamed over it, so a failure never
+    leaves a partial ``.onnx`` that a later run could mistake for a model.
+    """
+    model = build_model(name, batch_size=batch_size, size=size, seed=seed)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Not mkstemp: its 0600 mode would survive the rename; a unique name suffices.
+    tmp_name = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    try:
+        onnx.save(model, tmp_name)
+        os.replace(tmp_name, target)
+    except BaseException:
+        tmp_name.unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,45 @@
+"""Tuning-history database: every measured config, on every target, kept for reuse.
+
+Public API: :func:`open_history` returns a :class:`HistoryStore`; values in and out are
+the frozen dataclasses of :mod:`history.models`; errors a user should see are
+:class:`HistoryError`. Depends only on the stdlib, SQLAlchemy (Core) and numpy.
+"""
+
+from __future__ import annotations
+
+from .errors import HistoryError
+from .io import export_json, import_json
+from .location import DEFAULT_PATH, ENV_VAR, mask_url, resolve_location
+from .models import (
+    MAX_ERROR_CHARS,
+    RECORD_STATUSES,
+    RUN_STATUSES,
+    Record,
+    TargetInfo,
+    WorkloadInfo,
+    canonical_json,
+    config_hash,
+)
+from .schema import SCHEMA_VERSION
+from .store import HistoryStore, open_history
+
+__all__ = [
+    "DEFAULT_PATH",
+    "ENV_VAR",
+    "HistoryError",
+    "HistoryStore",
+    "MAX_ERROR_CHARS",
+    "RECORD_STATUSES",
+    "RUN_STATUSES",
+    "Record",
+    "SCHEMA_VERSION",
+    "TargetInfo",
+    "WorkloadInfo",
+    "canonical_json",
+    "config_hash",
+    "export_json",
+    "import_json",
+    "mask_url",
+    "open_history",
+    "resolve_location",
+]

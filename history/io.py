@@ -1,0 +1,337 @@
+"""JSON export/import of history, to move tuning results between machines.
+
+Records carry workload and target *keys* (ids are local to one database). Import checks
+the whole file before writing and writes in one transaction: a bad file changes nothing,
+and importing the same file twice adds nothing the second time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from datetime import datetime
+from typing import IO, Any, Mapping
+
+from sqlalchemy import and_, insert, select
+
+from . import schema
+from .errors import HistoryError
+from .models import RECORD_STATUSES, TargetInfo, WorkloadInfo, sample_stats
+from .store import HistoryStore
+
+FORMAT = "autotune-history"
+VERSION = 1
+
+_TARGET_FIELDS = ("kind", "arch", "device_name", "driver_version", "runtime_version", "tvm_version")
+
+
+def _record_to_json(rec: Any) -> dict[str, Any]:
+    return {
+        "workload_key": rec.workload_key,
+        "target_key": rec.target_key,
+        "space_id": rec.space_id,
+        "config": rec.config,
+        "latency_median": rec.latency_median,
+        "latency_mean": rec.latency_mean,
+        "latency_std": rec.latency_std,
+        "repeats": rec.repeats,
+        "samples": list(rec.samples),
+        "status": rec.status,
+        "error": rec.error,
+        "verified": rec.verified,
+        "run_id": rec.run_id,
+        "tuner": rec.tuner,
+        "created_at": rec.created_at,
+    }
+
+
+def export_json(
+    store: HistoryStore,
+    fp_or_path: str | os.PathLike[str] | IO[str],
+    *,
+    workload_key: str | None = None,
+    target_key: str | None = None,
+) -> int:
+    """Write history (optionally one workload/target) as JSON; returns the number of records.
+
+    A path is written atomically (temp file + rename), so a failed export leaves no half file.
+    """
+    records = store.records(workload_key=workload_key, target_key=target_key)
+    used_workloads = {r.workload_key for r in records}
+    used_targets = {r.target_key for r in records}
+    workloads = store.workloads()
+    targets = store.targets()
+    if workload_key is not None or target_key is not None:
+        # A filtered export carries what its records need (plus the named workload/target).
+        workloads = [w for w in workloads if w.key in used_workloads or w.key == workload_key]
+        targets = [t for t in targets if t.key in used_targets or t.key == target_key]
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "targets": [{"key": t.key, **{f: getattr(t, f) for f in _TARGET_FIELDS}} for t in targets],
+        "workloads": [
+            {
+                "key": w.key,
+                "batch_invariant_key": w.batch_invariant_key,
+                "op_class": w.op_class,
+                "descriptor": dict(w.descriptor),
+                "flops": w.flops,
+                "features": list(w.features),
+            }
+            for w in workloads
+        ],
+        "records": [_record_to_json(r) for r in records],
+    }
+    text = json.dumps(document, indent=1, sort_keys=True, allow_nan=False)
+    if hasattr(fp_or_path, "write"):
+        fp_or_path.write(text)  # type: ignore[union-attr]
+        fp_or_path.write("\n")  # type: ignore[union-attr]
+        return len(records)
+    path = os.path.abspath(os.fspath(fp_or_path))  # type: ignore[arg-type]
+    directory = os.path.dirname(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".json.tmp", dir=directory)
+    except OSError as exc:
+        raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an export is meant to be shared
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
+    return len(records)
+
+
+# ------------------------------------------------------------------ validation
+
+
+class _Invalid(Exception):
+    """A problem at a path inside the document, turned into one HistoryError line."""
+
+
+def _get(obj: Mapping[str, Any], where: str, name: str, kinds: tuple[type, ...], *, required: bool = True,
+         default: Any = None, nullable: bool = False) -> Any:
+    if name not in obj:
+        if required:
+            raise _Invalid(f"{where}: missing field {name!r}")
+        return default
+    value = obj[name]
+    if value is None and nullable:
+        return None
+    # bool is an int subclass: never accept True where a number is meant.
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        expected = " or ".join(k.__name__ for k in kinds) + (" or null" if nullable else "")
+        raise _Invalid(f"{where}.{name}: expected {expected}, got {type(value).__name__}")
+    return value
+
+
+def _number(obj: Mapping[str, Any], where: str, name: str, **kw: Any) -> float | None:
+    value = _get(obj, where, name, (int, float), **kw)
+    if value is None:
+        return None
+    value = float(value)
+    if not math.isfinite(value):
+        raise _Invalid(f"{where}.{name}: must be a finite number")
+    return value
+
+
+def _numbers(obj: Mapping[str, Any], where: str, name: str, *, required: bool = True) -> list[float]:
+    values = _get(obj, where, name, (list,), required=required, default=[])
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+            raise _Invalid(f"{where}.{name}[{i}]: expected a finite number, got {v!r}")
+        out.append(float(v))
+    return out
+
+
+def _items(doc: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+    items = _get(doc, "file", name, (list,))
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _Invalid(f"{name}[{i}]: expected an object, got {type(item).__name__}")
+    return items
+
+
+def _parse_target(item: Mapping[str, Any], where: str) -> TargetInfo:
+    kw = {f: _get(item, where, f, (str,), required=f in ("kind", "arch", "device_name"), default="") for f in _TARGET_FIELDS}
+    target = TargetInfo(**kw)
+    key = _get(item, where, "key", (str,), required=False)
+    if key is not None and key != target.key:
+        raise _Invalid(f"{where}.key: {key!r} does not match kind:arch:device_name {target.key!r}")
+    return target
+
+
+def _parse_workload(item: Mapping[str, Any], where: str) -> WorkloadInfo:
+    return WorkloadInfo(
+        key=_get(item, where, "key", (str,)),
+        batch_invariant_key=_get(item, where, "batch_invariant_key", (str,)),
+        op_class=_get(item, where, "op_class", (str,)),
+        descriptor=_get(item, where, "descriptor", (dict,)),
+        flops=_number(item, where, "flops"),  # type: ignore[arg-type]
+        features=tuple(_numbers(item, where, "features", required=False)),
+    )
+
+
+def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    status = _get(item, where, "status", (str,))
+    if status not in RECORD_STATUSES:
+        raise _Invalid(f"{where}.status: {status!r} is not one of {', '.join(RECORD_STATUSES)}")
+    samples = _numbers(item, where, "samples")
+    if any(s < 0 for s in samples):
+        raise _Invalid(f"{where}.samples: latencies must be >= 0 seconds")
+    created_at = _get(item, where, "created_at", (str,))
+    try:
+        datetime.fromisoformat(created_at)
+    except ValueError:
+        raise _Invalid(f"{where}.created_at: {created_at!r} is not an ISO-8601 timestamp") from None
+    mean, median, std, repeats = sample_stats(samples)
+    # Stored statistics are kept as exported (they identify duplicates); missing ones are recomputed.
+    if "latency_median" in item:
+        median = _number(item, where, "latency_median", nullable=True)
+    if "latency_mean" in item:
+        mean = _number(item, where, "latency_mean", nullable=True)
+    if "latency_std" in item:
+        std = _number(item, where, "latency_std", nullable=True)
+    if "repeats" in item:
+        repeats = _get(item, where, "repeats", (int,))
+        if repeats < 0:
+            raise _Invalid(f"{where}.repeats: must be >= 0")
+    if status == "ok" and median is None:
+        raise _Invalid(f"{where}: status 'ok' needs a latency (samples or latency_median)")
+    return {
+        "workload_key": _get(item, where, "workload_key", (str,)),
+        "target_key": _get(item, where, "target_key", (str,)),
+        "space_id": _get(item, where, "space_id", (str,)),
+        "config": _get(item, where, "config", (dict,)),
+        "samples": samples,
+        "stats": (mean, median, std, repeats),
+        "status": status,
+        "error": _get(item, where, "error", (str,), required=False, nullable=True),
+        "verified": _get(item, where, "verified", (bool,), required=False, nullable=True),
+        "run_id": _get(item, where, "run_id", (str,), required=False, nullable=True),
+        "tuner": _get(item, where, "tuner", (str,), required=False, default="") or "",
+        "created_at": created_at,
+    }
+
+
+def _parse(doc: Any) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[str, Any]]]:
+    if not isinstance(doc, dict):
+        raise _Invalid(f"expected a JSON object at top level, got {type(doc).__name__}")
+    if doc.get("format") != FORMAT:
+        raise _Invalid(f"not an autotune history export (format is {doc.get('format')!r}, expected {FORMAT!r})")
+    version = doc.get("version")
+    if isinstance(version, bool) or version != VERSION:
+        raise _Invalid(f"unsupported version {version!r} (this autotune reads version {VERSION})")
+    targets = [_parse_target(t, f"targets[{i}]") for i, t in enumerate(_items(doc, "targets"))]
+    workloads = [_parse_workload(w, f"workloads[{i}]") for i, w in enumerate(_items(doc, "workloads"))]
+    records = [_parse_record(r, f"records[{i}]") for i, r in enumerate(_items(doc, "records"))]
+    return targets, workloads, records
+
+
+def import_json(store: HistoryStore, fp_or_path: str | os.PathLike[str] | IO[str]) -> dict[str, int]:
+    """Merge an export into ``store`` in one transaction; returns counts of what was added/skipped.
+
+    Duplicates (same workload, target, space, config, created_at and median) are skipped,
+    so importing the same file again is a no-op.
+    """
+    if hasattr(fp_or_path, "read"):
+        name = getattr(fp_or_path, "name", "<stream>")
+        try:
+            text = fp_or_path.read()  # type: ignore[union-attr]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HistoryError(f"cannot read history import {name}: {exc}") from None
+    else:
+        name = os.fspath(fp_or_path)  # type: ignore[arg-type]
+        try:
+            with open(name, "r", encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise HistoryError(f"cannot read history import {name}: {why}") from None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+
+    def _reject_constant(token: str) -> Any:
+        raise ValueError(f"{token} is not valid JSON")
+
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise HistoryError(f"cannot import {name}: not valid JSON ({exc})") from None
+    try:
+        targets, workloads, records = _parse(doc)
+    except _Invalid as exc:
+        raise HistoryError(f"cannot import {name}: {exc}; nothing was imported") from None
+
+    counts = {"added": 0, "skipped": 0, "targets_added": 0, "workloads_added": 0}
+    r = schema.records
+    with store._write("import") as conn:
+        for target in targets:
+            counts["targets_added"] += store._target_id_created(conn, target)[1]
+        for workload in workloads:
+            counts["workloads_added"] += store._workload_id_created(conn, workload)[1]
+        target_ids: dict[str, int] = {}
+        workload_ids: dict[str, int] = {}
+        for i, rec in enumerate(records):
+            try:
+                if rec["workload_key"] not in workload_ids:
+                    workload_ids[rec["workload_key"]] = store._workload_id(conn, rec["workload_key"])
+                if rec["target_key"] not in target_ids:
+                    target_ids[rec["target_key"]] = store._target_id(conn, rec["target_key"])
+            except HistoryError as exc:
+                raise HistoryError(f"cannot import {name}: records[{i}]: {exc}; nothing was imported") from None
+            try:
+                values = store._record_values(
+                    space_id=rec["space_id"],
+                    config=rec["config"],
+                    samples=rec["samples"],
+                    status=rec["status"],
+                    error=rec["error"],
+                    run_id=rec["run_id"],
+                    tuner=rec["tuner"],
+                    verified=rec["verified"],
+                    stats=rec["stats"],
+                    created_at=rec["created_at"],
+                )
+            except ValueError as exc:
+                raise HistoryError(f"cannot import {name}: records[{i}]: {exc}; nothing was imported") from None
+            values["workload_id"] = workload_ids[rec["workload_key"]]
+            values["target_id"] = target_ids[rec["target_key"]]
+            duplicate = conn.execute(
+                select(r.c.id)
+                .where(
+                    and_(
+                        r.c.workload_id == values["workload_id"],
+                        r.c.target_id == values["target_id"],
+                        r.c.space_id == values["space_id"],
+                        r.c.config_hash == values["config_hash"],
+                        r.c.created_at == values["created_at"],
+                        r.c.latency_median.is_not_distinct_from(values["latency_median"]),
+                    )
+                )
+                .limit(1)
+            ).first()
+            if duplicate is not None:
+                counts["skipped"] += 1
+                continue
+            conn.execute(insert(r).values(**values))
+            counts["added"] += 1
+    return counts
+
+
+__all__ = ["export_json", "import_json", "FORMAT", "VERSION"]

@@ -1,0 +1,107 @@
+"""Plain frozen values passed in and out of the store, so callers never see SQL rows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+#: Every status a measurement record may carry; "ok" is the only one with a usable latency.
+RECORD_STATUSES: tuple[str, ...] = ("ok", "build_error", "run_error", "timeout", "wrong_result", "invalid")
+#: Every status a tuning run may carry.
+RUN_STATUSES: tuple[str, ...] = ("running", "finished", "failed", "killed")
+#: Error texts are cut to this many characters: compiler logs can be megabytes.
+MAX_ERROR_CHARS = 4000
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy scalars/arrays -> Python values, so configs built with numpy still hash equal."""
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy scalar or array
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical JSON text: equal configs give equal strings (keys sorted, no spaces)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_jsonable)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not JSON-serializable: {exc}") from None
+
+
+def config_hash(config_json: str) -> str:
+    """sha256 of a config's canonical JSON: a short fixed-size key to index configs by."""
+    return hashlib.sha256(config_json.encode("utf-8")).hexdigest()
+
+
+def sample_stats(samples: Sequence[float]) -> tuple[float | None, float | None, float | None, int]:
+    """(mean, median, std, repeats) of latency samples in seconds; Nones when there are none."""
+    values = [float(s) for s in samples]
+    for v in values:
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"latency samples must be finite and >= 0 seconds, got {v!r}")
+    if not values:
+        return None, None, None, 0
+    import numpy as np  # local: keeps `import history` light for CLI start-up
+
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(np.median(arr)), float(arr.std()), len(values)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """A device a config was measured on; ``key`` identifies it across machines."""
+
+    kind: str
+    arch: str
+    device_name: str
+    driver_version: str = ""
+    runtime_version: str = ""
+    tvm_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.arch}:{self.device_name}"
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """One operator instance (shapes, dtype, attrs) that configs are tuned for."""
+
+    key: str
+    batch_invariant_key: str
+    op_class: str
+    descriptor: Mapping[str, Any]
+    flops: float
+    features: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured (or failed) config of one workload on one target."""
+
+    id: int
+    workload_key: str
+    batch_invariant_key: str
+    op_class: str
+    target_key: str
+    space_id: str
+    config: dict
+    latency_median: float | None
+    latency_mean: float | None
+    latency_std: float | None
+    repeats: int
+    samples: tuple[float, ...]
+    status: str
+    error: str | None
+    verified: bool | None
+    run_id: str | None
+    tuner: str
+    created_at: str
+
+    @property
+    def ok(self) -> bool:
+        """Usable as a result: measured fine and not shown wrong."""
+        return self.status == "ok" and self.verified is not False and self.latency_median is not None

@@ -1,0 +1,931 @@
+"""HistoryStore: every read and write of tuning history goes through here.
+
+SQLAlchemy Core (no ORM) keeps one code path for a SQLite file and a PostgreSQL server.
+Each public write is its own committed transaction, so a tuning process killed at any
+moment loses nothing it already recorded; SQLite runs in WAL mode with a busy timeout
+and ``BEGIN IMMEDIATE`` writes so several processes can share one file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sqlite3
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Iterator, Mapping, Sequence
+from urllib.parse import quote
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    case,
+    create_engine,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    update,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    SQLAlchemyError,
+)
+from sqlalchemy.pool import QueuePool, StaticPool
+
+from . import schema
+from .errors import HistoryError
+from .location import mask_url, resolve_location
+from .models import (
+    MAX_ERROR_CHARS,
+    RECORD_STATUSES,
+    RUN_STATUSES,
+    Record,
+    TargetInfo,
+    WorkloadInfo,
+    canonical_json,
+    config_hash,
+    sample_stats,
+)
+
+#: Seconds a SQLite writer waits for another process's write lock before giving up.
+BUSY_TIMEOUT_S = 60.0
+#: Seconds to wait for a database server before reporting it unreachable.
+CONNECT_TIMEOUT_S = 5
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_BEGIN_OPTION = "history_begin"
+
+
+def utc_now() -> str:
+    """UTC ISO-8601 timestamp with microseconds: sortable as text, same on every machine."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _cause(exc: BaseException) -> str:
+    """The driver's own message (e.g. 'database or disk is full'), without SQLAlchemy's SQL dump."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        text = str(exc.orig)
+    else:
+        text = str(exc)
+    text = " ".join(text.split())
+    return text or type(exc).__name__
+
+
+def _check_str(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _truncate(error: str | None) -> str | None:
+    if error is None:
+        return None
+    error = str(error)
+    return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 3] + "..."
+
+
+class HistoryStore:
+    """A connection to one history database; open it with :func:`open_history`."""
+
+    url: str  #: the database URL with any password masked, for display
+    location: str  #: the file path (SQLite) or masked URL, as named in error messages
+    readonly: bool
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = True,
+        readonly: bool = False,
+    ) -> None:
+        raw = resolve_location(location)
+        self.url = mask_url(raw)
+        self.location = self.url
+        self.readonly = readonly
+        self._engine: Engine | None = None
+        self._wal = False  # SQLite: put connections in WAL mode (set once the file is checked)
+        try:
+            url = make_url(raw)
+        except (ArgumentError, ValueError) as exc:
+            raise HistoryError(f"invalid history location {self.url!r}: {exc}") from None
+        self._sqlite = url.get_backend_name() == "sqlite"
+        if self._sqlite:
+            self._open_sqlite(url, create=create, readonly=readonly)
+        else:
+            self._open_server(url, create=create, readonly=readonly)
+
+    # ------------------------------------------------------------------ opening
+
+    def _open_sqlite(self, url: URL, *, create: bool, readonly: bool) -> None:
+        """Open a SQLite file after checking it by hand, so failures are clear and leave nothing."""
+        database = url.database or ""
+        if database in ("", ":memory:"):
+            self.location = "sqlite in-memory database"
+            self._engine = self._sqlite_engine(":memory:", readonly=False, immutable=False, memory=True)
+            self._init_schema(writable=True, create=True)
+            return
+        path = os.path.abspath(os.path.expanduser(database))
+        self.location = path
+        created_dirs: list[str] = []
+        created_file = False
+        try:
+            immutable = False
+            if os.path.lexists(path):
+                self._check_existing_file(path, readonly=readonly)
+                if readonly:
+                    # A WAL database in a directory we cannot write (no -shm to create)
+                    # can still be read if nobody writes it: nobody can, without a -wal.
+                    parent = os.path.dirname(path)
+                    immutable = not os.access(parent, os.W_OK) and not os.path.exists(path + "-shm")
+            elif readonly or not create:
+                raise HistoryError(f"no history at {path} (file does not exist)")
+            else:
+                created_dirs = self._make_parents(path)
+                created_file = self._create_file(path)
+            self._engine = self._sqlite_engine(path, readonly=readonly, immutable=immutable, memory=False)
+            self._init_schema(writable=not readonly, create=create)
+            if not readonly:
+                # Only now, once the file is known to be ours: WAL rewrites the file header.
+                self._wal = True
+                try:
+                    raw = self.engine.raw_connection()
+                    try:
+                        raw.driver_connection.execute("PRAGMA journal_mode=WAL")  # type: ignore[union-attr]
+                    finally:
+                        raw.close()
+                except (sqlite3.Error, SQLAlchemyError) as exc:
+                    raise HistoryError(f"cannot open history at {path}: {_cause(exc)}") from None
+        except BaseException:
+            self._dispose()
+            if created_file:
+                for suffix in ("-wal", "-shm", "-journal", ""):
+                    try:
+                        os.unlink(path + suffix)
+                    except OSError:
+                        pass
+            for d in reversed(created_dirs):
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+            raise
+
+    @staticmethod
+    def _check_existing_file(path: str, *, readonly: bool) -> None:
+        """Refuse anything that is not a (possibly empty) SQLite file we may use as asked."""
+        if os.path.isdir(path):
+            raise HistoryError(f"cannot open history at {path}: it is a directory, not a database file")
+        if not os.path.isfile(path):
+            raise HistoryError(f"cannot open history at {path}: not a regular file")
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(_SQLITE_HEADER))
+        except OSError as exc:
+            raise HistoryError(f"cannot read history at {path}: {exc.strerror or exc}") from None
+        if head and head != _SQLITE_HEADER:
+            raise HistoryError(
+                f"cannot open history at {path}: the file exists but is not a SQLite database "
+                "(refusing to overwrite it; choose another location)"
+            )
+        if readonly:
+            return
+        try:
+            fd = os.open(path, os.O_RDWR)
+            os.close(fd)
+        except OSError as exc:
+            raise HistoryError(
+                f"cannot open history at {path} for writing: {exc.strerror or exc} (the file is read-only)"
+            ) from None
+        parent = os.path.dirname(path)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise HistoryError(
+                f"cannot open history at {path} for writing: directory {parent} is not writable "
+                "(SQLite keeps its journal files next to the database)"
+            )
+
+    @staticmethod
+    def _make_parents(path: str) -> list[str]:
+        """Create missing parent directories, returning those created (to remove on failure)."""
+        parent = os.path.dirname(path)
+        missing: list[str] = []
+        probe = parent
+        while not os.path.exists(probe):
+            missing.append(probe)
+            up = os.path.dirname(probe)
+            if up == probe:
+                break
+            probe = up
+        if not os.path.isdir(probe):
+            raise HistoryError(f"cannot create history at {path}: {probe} is not a directory")
+        created: list[str] = []
+        for d in reversed(missing):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                continue  # created concurrently by another process: fine
+            except OSError as exc:
+                for c in reversed(created):
+                    try:
+                        os.rmdir(c)
+                    except OSError:
+                        pass
+                raise HistoryError(
+                    f"cannot create history at {path}: cannot create directory {d}: {exc.strerror or exc}"
+                ) from None
+            created.append(d)
+        return created
+
+    @staticmethod
+    def _create_file(path: str) -> bool:
+        """Create the empty database file ourselves: a clearer error than SQLite's, and exclusive."""
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False  # another process created it in the meantime; SQLite will share it
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                why = f"directory {os.path.dirname(path)} is not writable ({why})"
+            raise HistoryError(f"cannot create history at {path}: {why}") from None
+        os.close(fd)
+        return True
+
+    def _sqlite_engine(self, path: str, *, readonly: bool, immutable: bool, memory: bool) -> Engine:
+        """Engine whose connections have FKs on, a busy timeout, WAL, and explicit BEGINs."""
+
+        def connect() -> sqlite3.Connection:
+            if memory:
+                return sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            if readonly:
+                uri = f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
+                return sqlite3.connect(
+                    uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
+            return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+
+        engine = create_engine(
+            "sqlite://", creator=connect, poolclass=StaticPool if memory else QueuePool
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+            # pysqlite's own transaction handling is off (isolation_level=None); we BEGIN below.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            try:
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+                if readonly:
+                    cur.execute("PRAGMA query_only=ON")
+                elif self._wal:
+                    cur.execute("PRAGMA journal_mode=WAL")
+            finally:
+                cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            # Writers take the lock up front (BEGIN IMMEDIATE): a deferred transaction that
+            # upgrades to a writer later fails at once with "database is locked" in WAL mode.
+            conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
+
+        return engine
+
+    def _open_server(self, url: URL, *, create: bool, readonly: bool) -> None:
+        """Open a database server (PostgreSQL...): unknown dialect, missing driver, unreachable -> HistoryError."""
+        connect_args: dict[str, Any] = {}
+        if url.get_backend_name() == "postgresql":
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+        try:
+            self._engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+        except NoSuchModuleError:
+            raise HistoryError(
+                f"cannot open history at {self.url}: unknown database type {url.drivername!r} "
+                "(use a file path, sqlite:///path or postgresql://...)"
+            ) from None
+        except ImportError as exc:
+            raise HistoryError(
+                f"cannot open history at {self.url}: database driver {exc.name or exc} is not installed"
+            ) from None
+        except (ArgumentError, ValueError, TypeError) as exc:
+            raise HistoryError(f"invalid history location {self.url}: {exc}") from None
+        try:
+            try:
+                with self._engine.connect():
+                    pass
+            except SQLAlchemyError as exc:
+                raise HistoryError(f"cannot connect to history at {self.url}: {_cause(exc)}") from None
+            self._init_schema(writable=not readonly, create=create)
+        except BaseException:
+            self._dispose()
+            raise
+
+    def _init_schema(self, *, writable: bool, create: bool) -> None:
+        """Create tables in a fresh database; refuse foreign databases and newer schemas."""
+        ctx = self._write("create tables") if writable else self._read()
+        with ctx as conn:
+            names = set(inspect(conn).get_table_names())
+            if "meta" not in names:
+                if names:
+                    raise HistoryError(
+                        f"cannot open history at {self.location}: the database holds other tables "
+                        "but is not an autotune history (refusing to modify it)"
+                    )
+                if not (writable and create):
+                    raise HistoryError(f"no history at {self.location} (database has no history tables)")
+                schema.metadata.create_all(conn)
+                conn.execute(
+                    insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION))
+                )
+                return
+            value = conn.execute(
+                select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
+            ).scalar()
+            try:
+                version = int(value) if value is not None else None
+            except ValueError:
+                version = None
+            if version is None:
+                raise HistoryError(f"cannot open history at {self.location}: missing or bad schema version")
+            if version > schema.SCHEMA_VERSION:
+                raise HistoryError(
+                    f"cannot open history at {self.location}: written by a newer autotune "
+                    f"(schema {version}, this version reads up to {schema.SCHEMA_VERSION})"
+                )
+            if writable:
+                schema.metadata.create_all(conn)  # checkfirst: only tables missing so far
+
+    # ------------------------------------------------------------ transactions
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise HistoryError(f"history at {self.location} is closed")
+        return self._engine
+
+    def _error(self, action: str, exc: BaseException) -> HistoryError:
+        return HistoryError(f"cannot {action} in history at {self.location}: {_cause(exc)}")
+
+    @contextmanager
+    def _write(self, action: str = "write") -> Iterator[Connection]:
+        """One committed transaction; any database error (disk full...) rolls back -> HistoryError."""
+        if self.readonly:
+            raise HistoryError(f"cannot {action}: history at {self.location} was opened read-only")
+        try:
+            with self.engine.connect() as conn:
+                if self._sqlite:
+                    conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
+                with conn.begin():
+                    yield conn
+        except SQLAlchemyError as exc:
+            raise self._error(action, exc) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise self._error("read", exc) from exc
+
+    def close(self) -> None:
+        """Release connections; the last SQLite writer out leaves the file in rollback-journal mode.
+
+        A read-only (``mode=ro``) reader of a WAL-mode file creates ``-wal``/``-shm`` files it
+        can never remove, so listing commands would litter the directory. Switching back to
+        DELETE mode needs exclusive access: it silently does nothing while others use the file.
+        """
+        engine = self._engine
+        self._dispose()
+        if engine is None or not self._sqlite or self.readonly or not os.path.isabs(self.location):
+            return
+        try:
+            conn = sqlite3.connect(self.location, timeout=0, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            pass
+
+    def _dispose(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def __enter__(self) -> "HistoryStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"HistoryStore({self.url!r}{', readonly' if self.readonly else ''})"
+
+    # ------------------------------------------------------- targets, workloads
+
+    def register_target(self, target: TargetInfo) -> int:
+        """Id of the target with this key, creating it if new (idempotent)."""
+        with self._write("register target") as conn:
+            return self._get_or_create_target(conn, target)
+
+    def register_workload(self, workload: WorkloadInfo) -> int:
+        """Id of the workload with this key, creating it if new; fills in features if missing."""
+        with self._write("register workload") as conn:
+            return self._get_or_create_workload(conn, workload)
+
+    def _get_or_create_target(self, conn: Connection, target: TargetInfo) -> int:
+        return self._target_id_created(conn, target)[0]
+
+    def _target_id_created(self, conn: Connection, target: TargetInfo) -> tuple[int, bool]:
+        t = schema.targets
+        for name in ("kind", "arch", "device_name", "driver_version", "runtime_version", "tvm_version"):
+            _check_str(f"target {name}", getattr(target, name))
+        key = target.key
+        row = conn.execute(select(t.c.id, t.c.driver_version, t.c.runtime_version, t.c.tvm_version).where(t.c.key == key)).first()
+        if row is None:
+            try:
+                with conn.begin_nested():
+                    new_id = conn.execute(
+                        insert(t).values(
+                            key=key,
+                            kind=target.kind,
+                            arch=target.arch,
+                            device_name=target.device_name,
+                            driver_version=target.driver_version,
+                            runtime_version=target.runtime_version,
+                            tvm_version=target.tvm_version,
+                            created_at=utc_now(),
+                        )
+                    ).inserted_primary_key[0]
+                return int(new_id), True
+            except IntegrityError:  # created concurrently (server databases)
+                row = conn.execute(select(t.c.id, t.c.driver_version, t.c.runtime_version, t.c.tvm_version).where(t.c.key == key)).one()
+        # Versions are not part of the key; record them when they were unknown so far.
+        fill = {
+            name: getattr(target, name)
+            for name in ("driver_version", "runtime_version", "tvm_version")
+            if getattr(target, name) and not getattr(row, name)
+        }
+        if fill:
+            conn.execute(update(t).where(t.c.id == row.id).values(**fill))
+        return int(row.id), False
+
+    def _get_or_create_workload(self, conn: Connection, workload: WorkloadInfo) -> int:
+        return self._workload_id_created(conn, workload)[0]
+
+    def _workload_id_created(self, conn: Connection, workload: WorkloadInfo) -> tuple[int, bool]:
+        w = schema.workloads
+        _check_str("workload key", workload.key)
+        _check_str("workload batch_invariant_key", workload.batch_invariant_key)
+        _check_str("workload op_class", workload.op_class)
+        if not isinstance(workload.descriptor, Mapping):
+            raise ValueError("workload descriptor must be a dict")
+        descriptor_json = canonical_json(dict(workload.descriptor))
+        features = [float(f) for f in workload.features]
+        features_json = canonical_json(features)
+        flops = float(workload.flops)
+        row = conn.execute(select(w.c.id, w.c.features_json).where(w.c.key == workload.key)).first()
+        if row is None:
+            try:
+                with conn.begin_nested():
+                    new_id = conn.execute(
+                        insert(w).values(
+                            key=workload.key,
+                            batch_invariant_key=workload.batch_invariant_key,
+                            op_class=workload.op_class,
+                            descriptor_json=descriptor_json,
+                            features_json=features_json,
+                            flops=flops,
+                            created_at=utc_now(),
+                        )
+                    ).inserted_primary_key[0]
+                return int(new_id), True
+            except IntegrityError:
+                row = conn.execute(select(w.c.id, w.c.features_json).where(w.c.key == workload.key)).one()
+        if features and json.loads(row.features_json) == []:
+            conn.execute(update(w).where(w.c.id == row.id).values(features_json=features_json))
+        return int(row.id), False
+
+    def _target_id(self, conn: Connection, key: str) -> int:
+        found = conn.execute(select(schema.targets.c.id).where(schema.targets.c.key == key)).scalar()
+        if found is None:
+            raise HistoryError(f"unknown target {key!r} in history at {self.location} (register it first)")
+        return int(found)
+
+    def _workload_id(self, conn: Connection, key: str) -> int:
+        found = conn.execute(select(schema.workloads.c.id).where(schema.workloads.c.key == key)).scalar()
+        if found is None:
+            raise HistoryError(f"unknown workload {key!r} in history at {self.location} (register it first)")
+        return int(found)
+
+    @staticmethod
+    def _workload_from_row(row: Any) -> WorkloadInfo:
+        return WorkloadInfo(
+            key=row.key,
+            batch_invariant_key=row.batch_invariant_key,
+            op_class=row.op_class,
+            descriptor=json.loads(row.descriptor_json),
+            flops=float(row.flops),
+            features=tuple(float(f) for f in json.loads(row.features_json or "[]")),
+        )
+
+    def workloads(self, op_class: str | None = None) -> list[WorkloadInfo]:
+        """All workloads (of one operator class), in registration order."""
+        w = schema.workloads
+        query = select(w).order_by(w.c.id)
+        if op_class is not None:
+            query = query.where(w.c.op_class == op_class)
+        with self._read() as conn:
+            return [self._workload_from_row(r) for r in conn.execute(query)]
+
+    def workload(self, key: str) -> WorkloadInfo | None:
+        w = schema.workloads
+        with self._read() as conn:
+            row = conn.execute(select(w).where(w.c.key == key)).first()
+        return None if row is None else self._workload_from_row(row)
+
+    def targets(self) -> list[TargetInfo]:
+        """All targets, in registration order."""
+        t = schema.targets
+        with self._read() as conn:
+            rows = conn.execute(select(t).order_by(t.c.id)).all()
+        return [
+            TargetInfo(
+                kind=r.kind,
+                arch=r.arch,
+                device_name=r.device_name,
+                driver_version=r.driver_version,
+                runtime_version=r.runtime_version,
+                tvm_version=r.tvm_version,
+            )
+            for r in rows
+        ]
+
+    # ----------------------------------------------------------------- records
+
+    def add_record(
+        self,
+        *,
+        workload_key: str,
+        target_key: str,
+        space_id: str,
+        config: Mapping[str, Any],
+        samples: Sequence[float],
+        status: str,
+        error: str | None = None,
+        run_id: str | None = None,
+        tuner: str = "",
+        verified: bool | None = None,
+    ) -> int:
+        """Store one measurement (committed at once); stats are computed from ``samples`` (seconds)."""
+        values = self._record_values(
+            space_id=space_id,
+            config=config,
+            samples=samples,
+            status=status,
+            error=error,
+            run_id=run_id,
+            tuner=tuner,
+            verified=verified,
+        )
+        with self._write("add record") as conn:
+            values["workload_id"] = self._workload_id(conn, workload_key)
+            values["target_id"] = self._target_id(conn, target_key)
+            return int(conn.execute(insert(schema.records).values(**values)).inserted_primary_key[0])
+
+    @staticmethod
+    def _record_values(
+        *,
+        space_id: str,
+        config: Mapping[str, Any],
+        samples: Sequence[float],
+        status: str,
+        error: str | None,
+        run_id: str | None,
+        tuner: str,
+        verified: bool | None,
+        stats: tuple[float | None, float | None, float | None, int] | None = None,
+        created_at: str | None = None,
+    ) -> dict[str, Any]:
+        """Validated column values of a record (shared by add_record and import)."""
+        if status not in RECORD_STATUSES:
+            raise ValueError(f"invalid record status {status!r}; expected one of {', '.join(RECORD_STATUSES)}")
+        _check_str("space_id", space_id)
+        _check_str("tuner", tuner)
+        if run_id is not None:
+            _check_str("run_id", run_id)
+        if not isinstance(config, Mapping):
+            raise ValueError(f"config must be a dict, got {type(config).__name__}")
+        if verified is not None and not isinstance(verified, bool):
+            raise ValueError(f"verified must be True, False or None, got {verified!r}")
+        if isinstance(samples, (str, bytes)):
+            raise ValueError("samples must be a sequence of seconds")
+        sample_list = [float(s) for s in samples]
+        computed = sample_stats(sample_list)
+        mean, median, std, repeats = stats if stats is not None else computed
+        if status == "ok" and median is None:
+            raise ValueError("a record with status 'ok' needs at least one latency sample")
+        cfg_json = canonical_json(dict(config))
+        return {
+            "space_id": space_id,
+            "config_json": cfg_json,
+            "config_hash": config_hash(cfg_json),
+            "latency_mean": mean,
+            "latency_median": median,
+            "latency_std": std,
+            "repeats": repeats,
+            "samples_json": canonical_json(sample_list),
+            "status": status,
+            "error": _truncate(error),
+            "verified": verified,
+            "run_id": run_id,
+            "tuner": tuner,
+            "created_at": created_at or utc_now(),
+        }
+
+    def set_verified(self, record_id: int, ok: bool, error: str | None = None) -> None:
+        """Mark a record checked against the reference; a mismatch turns it into 'wrong_result'."""
+        r = schema.records
+        if ok:
+            values: dict[str, Any] = {"verified": True}
+        else:
+            values = {
+                "verified": False,
+                "status": "wrong_result",
+                "error": _truncate(error if error is not None else "output did not match the reference"),
+            }
+        with self._write("set verified") as conn:
+            result = conn.execute(update(r).where(r.c.id == int(record_id)).values(**values))
+            if result.rowcount == 0:
+                raise HistoryError(f"no record {record_id} in history at {self.location}")
+
+    def _record_query(self) -> Any:
+        r, w, t = schema.records, schema.workloads, schema.targets
+        return select(
+            r,
+            w.c.key.label("workload_key"),
+            w.c.batch_invariant_key,
+            w.c.op_class,
+            t.c.key.label("target_key"),
+        ).select_from(r.join(w, r.c.workload_id == w.c.id).join(t, r.c.target_id == t.c.id))
+
+    @staticmethod
+    def _record_from_row(row: Any) -> Record:
+        return Record(
+            id=int(row.id),
+            workload_key=row.workload_key,
+            batch_invariant_key=row.batch_invariant_key,
+            op_class=row.op_class,
+            target_key=row.target_key,
+            space_id=row.space_id,
+            config=json.loads(row.config_json),
+            latency_median=row.latency_median,
+            latency_mean=row.latency_mean,
+            latency_std=row.latency_std,
+            repeats=int(row.repeats),
+            samples=tuple(float(s) for s in json.loads(row.samples_json or "[]")),
+            status=row.status,
+            error=row.error,
+            verified=None if row.verified is None else bool(row.verified),
+            run_id=row.run_id,
+            tuner=row.tuner,
+            created_at=row.created_at,
+        )
+
+    @staticmethod
+    def _usable() -> Any:
+        r = schema.records
+        return and_(r.c.status == "ok", r.c.verified.is_not(False), r.c.latency_median.is_not(None))
+
+    def best(self, workload_key: str, target_key: str, *, space_id: str | None = None) -> Record | None:
+        """Fastest usable record: status 'ok', not verified wrong, lowest median latency."""
+        r, w, t = schema.records, schema.workloads, schema.targets
+        query = (
+            self._record_query()
+            .where(w.c.key == workload_key, t.c.key == target_key, self._usable())
+            .order_by(r.c.latency_median, r.c.id)
+            .limit(1)
+        )
+        if space_id is not None:
+            query = query.where(r.c.space_id == space_id)
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else self._record_from_row(row)
+
+    def records(
+        self,
+        *,
+        workload_key: str | None = None,
+        target_key: str | None = None,
+        op_class: str | None = None,
+        batch_invariant_key: str | None = None,
+        status: str | None = None,
+        space_id: str | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Records matching every given filter, oldest first (by id)."""
+        r, w, t = schema.records, schema.workloads, schema.targets
+        query = self._record_query().order_by(r.c.id)
+        filters = [
+            (w.c.key, workload_key),
+            (t.c.key, target_key),
+            (w.c.op_class, op_class),
+            (w.c.batch_invariant_key, batch_invariant_key),
+            (r.c.status, status),
+            (r.c.space_id, space_id),
+            (r.c.run_id, run_id),
+        ]
+        for column, value in filters:
+            if value is not None:
+                query = query.where(column == value)
+        if limit is not None:
+            query = query.limit(int(limit))
+        with self._read() as conn:
+            return [self._record_from_row(row) for row in conn.execute(query)]
+
+    def measured_configs(self, workload_key: str, target_key: str, space_id: str) -> set[str]:
+        """Canonical JSON of every config already recorded (any status): resume never re-measures."""
+        r, w, t = schema.records, schema.workloads, schema.targets
+        query = (
+            select(r.c.config_json)
+            .select_from(r.join(w, r.c.workload_id == w.c.id).join(t, r.c.target_id == t.c.id))
+            .where(w.c.key == workload_key, t.c.key == target_key, r.c.space_id == space_id)
+        )
+        with self._read() as conn:
+            return set(conn.execute(query).scalars())
+
+    def summary(self, target_key: str | None = None) -> list[dict[str, Any]]:
+        """One row per (workload, target) with record counts and the best latency, for listings."""
+        r, w, t = schema.records, schema.workloads, schema.targets
+        usable = self._usable()
+        ranked = (
+            select(
+                r.c.workload_id,
+                r.c.target_id,
+                r.c.id,
+                r.c.latency_median,
+                func.row_number()
+                .over(partition_by=(r.c.workload_id, r.c.target_id), order_by=(r.c.latency_median, r.c.id))
+                .label("rank"),
+            )
+            .where(usable)
+            .subquery("ranked")
+        )
+        counts = (
+            select(
+                r.c.workload_id,
+                r.c.target_id,
+                func.count(r.c.id).label("n_records"),
+                func.sum(case((usable, 1), else_=0)).label("n_ok"),
+            )
+            .group_by(r.c.workload_id, r.c.target_id)
+            .subquery("counts")
+        )
+        query = (
+            select(
+                w.c.key.label("workload_key"),
+                w.c.op_class,
+                t.c.key.label("target_key"),
+                counts.c.n_records,
+                counts.c.n_ok,
+                ranked.c.latency_median.label("best_latency"),
+                ranked.c.id.label("best_record_id"),
+            )
+            .select_from(
+                counts.join(w, counts.c.workload_id == w.c.id)
+                .join(t, counts.c.target_id == t.c.id)
+                .outerjoin(
+                    ranked,
+                    and_(
+                        ranked.c.workload_id == counts.c.workload_id,
+                        ranked.c.target_id == counts.c.target_id,
+                        ranked.c.rank == 1,
+                    ),
+                )
+            )
+            .order_by(w.c.op_class, w.c.key, t.c.key)
+        )
+        if target_key is not None:
+            query = query.where(t.c.key == target_key)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [
+            {
+                "workload_key": row.workload_key,
+                "op_class": row.op_class,
+                "target_key": row.target_key,
+                "n_records": int(row.n_records),
+                "n_ok": int(row.n_ok or 0),
+                "best_latency": row.best_latency,
+                "best_record_id": None if row.best_record_id is None else int(row.best_record_id),
+            }
+            for row in rows
+        ]
+
+    # -------------------------------------------------------------------- runs
+
+    def start_run(
+        self, run_id: str, *, model: str, target_key: str, tuner: str, params: Mapping[str, Any]
+    ) -> None:
+        """Record that a tuning run began; restarting a run id of the same model/target resumes it."""
+        _check_str("run_id", run_id)
+        _check_str("model", model)
+        _check_str("tuner", tuner)
+        params_json = canonical_json(dict(params))
+        runs = schema.runs
+        with self._write("start run") as conn:
+            target_id = self._target_id(conn, target_key)
+            row = conn.execute(select(runs.c.model, runs.c.target_id).where(runs.c.id == run_id)).first()
+            if row is None:
+                conn.execute(
+                    insert(runs).values(
+                        id=run_id,
+                        model=model,
+                        target_id=target_id,
+                        tuner=tuner,
+                        params_json=params_json,
+                        status="running",
+                        started_at=utc_now(),
+                    )
+                )
+            elif row.model != model or row.target_id != target_id:
+                raise HistoryError(
+                    f"run {run_id!r} already exists in history at {self.location} for another model or target"
+                )
+            else:
+                conn.execute(
+                    update(runs)
+                    .where(runs.c.id == run_id)
+                    .values(status="running", finished_at=None, tuner=tuner, params_json=params_json)
+                )
+
+    def finish_run(self, run_id: str, status: str, summary: Mapping[str, Any]) -> None:
+        """Close a run with its final status ('finished', 'failed' or 'killed') and a JSON summary."""
+        if status not in RUN_STATUSES or status == "running":
+            raise ValueError(f"invalid final run status {status!r}; expected finished, failed or killed")
+        summary_json = canonical_json(dict(summary))
+        runs = schema.runs
+        with self._write("finish run") as conn:
+            result = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id)
+                .values(status=status, finished_at=utc_now(), summary_json=summary_json)
+            )
+            if result.rowcount == 0:
+                raise HistoryError(f"no run {run_id!r} in history at {self.location}")
+
+    def _run_query(self) -> Any:
+        runs, t, r = schema.runs, schema.targets, schema.records
+        n_records = (
+            select(func.count(r.c.id)).where(r.c.run_id == runs.c.id).scalar_subquery().label("n_records")
+        )
+        return select(runs, t.c.key.label("target_key"), n_records).select_from(
+            runs.join(t, runs.c.target_id == t.c.id)
+        )
+
+    @staticmethod
+    def _run_from_row(row: Any) -> dict[str, Any]:
+        return {
+            "run_id": row.id,
+            "model": row.model,
+            "target_key": row.target_key,
+            "tuner": row.tuner,
+            "params": json.loads(row.params_json),
+            "status": row.status,
+            "started_at": row.started_at,
+            "finished_at": row.finished_at,
+            "summary": json.loads(row.summary_json) if row.summary_json else None,
+            "n_records": int(row.n_records or 0),
+        }
+
+    def runs(self) -> list[dict[str, Any]]:
+        """All runs, oldest first, with the number of records each wrote."""
+        runs = schema.runs
+        with self._read() as conn:
+            rows = conn.execute(self._run_query().order_by(runs.c.started_at, runs.c.id)).all()
+        return [self._run_from_row(row) for row in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        runs = schema.runs
+        with self._read() as conn:
+            row = conn.execute(self._run_query().where(runs.c.id == run_id)).first()
+        return None if row is None else self._run_from_row(row)
+
+
+def open_history(
+    location: str | os.PathLike[str] | None = None, *, create: bool = True, readonly: bool = False
+) -> HistoryStore:
+    """Open (and by default create) the history at ``location`` (see :func:`resolve_location`).
+
+    ``readonly=True`` never creates or modifies anything (SQLite opens with ``mode=ro``),
+    for listing commands; a missing history is then a HistoryError.
+    """
+    return HistoryStore(location, create=create, readonly=readonly)

@@ -1,0 +1,116 @@
+"""The one interface every search strategy implements: ask for configs, tell results.
+
+Tuners never build or measure anything and never touch the database: the pipeline
+asks, measures, writes history and tells. So each tuner can be driven by real hardware
+or by replayed records alike (see ``search.replay``), which is how tuners are compared.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from templates.space import Config, KnobSpace, config_to_json
+
+#: Result statuses shared with the history database.
+OK = "ok"
+STATUSES = ("ok", "build_error", "run_error", "timeout", "wrong_result", "invalid")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one measured config gave: median latency in seconds when ``status == "ok"``."""
+
+    config: Config
+    latency: float | None
+    status: str = OK
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK and self.latency is not None
+
+
+@dataclass(frozen=True)
+class PriorRecord:
+    """A measured config of a *similar* layer from history, as evidence for transfer.
+
+    ``similarity`` in [0, 1] is the match score of its layer to the one being tuned;
+    ``layer_features`` describe its layer (shape dims, FLOPs...), same order as the
+    tuned layer's features.
+    """
+
+    config: Config
+    latency: float | None
+    similarity: float
+    layer_features: Sequence[float] = ()
+    workload_key: str = ""
+    status: str = OK
+
+
+@dataclass
+class TunerState:
+    """Bookkeeping every tuner needs: what was asked, what was measured, the best."""
+
+    seen: set[str] = field(default_factory=set)
+    results: list[TrialResult] = field(default_factory=list)
+    best: TrialResult | None = None
+
+
+class Tuner(ABC):
+    """Base class: subclasses implement :meth:`propose` (and may extend :meth:`tell`)."""
+
+    name: str = "tuner"
+
+    def __init__(
+        self,
+        space: KnobSpace,
+        *,
+        seed: int = 0,
+        priors: Sequence[PriorRecord] = (),
+        layer_features: Sequence[float] = (),
+    ) -> None:
+        self.space = space
+        self.rng = np.random.default_rng(seed)
+        self.priors = list(priors)
+        self.layer_features = list(layer_features)
+        self.state = TunerState()
+
+    # --- the interface ------------------------------------------------------------------
+    def ask(self, n: int) -> list[Config]:
+        """Up to ``n`` configs never asked before (fewer when the space runs out)."""
+        out: list[Config] = []
+        for cfg in self.propose(n):
+            key = config_to_json(cfg)
+            if key in self.state.seen:
+                continue
+            self.state.seen.add(key)
+            out.append(cfg)
+            if len(out) >= n:
+                break
+        return out
+
+    def tell(self, results: Sequence[TrialResult]) -> None:
+        for res in results:
+            self.state.seen.add(config_to_json(res.config))
+            self.state.results.append(res)
+            if res.ok and (self.state.best is None or res.latency < self.state.best.latency):
+                self.state.best = res
+
+    def mark_seen(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """Configs measured in earlier runs: never propose them again."""
+        for cfg in configs:
+            self.state.seen.add(config_to_json(cfg))
+
+    @property
+    def best(self) -> TrialResult | None:
+        return self.state.best
+
+    def is_seen(self, config: Mapping[str, Any]) -> bool:
+        return config_to_json(config) in self.state.seen
+
+    @abstractmethod
+    def propose(self, n: int) -> list[Config]:
+        """Candidate configs, best guesses first; :meth:`ask` drops repeats."""

@@ -1,0 +1,294 @@
+"""The generic knob space: TVM meta-schedule's own design space, made enumerable.
+
+meta-schedule describes a layer's schedules as *sketches*: traces whose sampling
+instructions (``SamplePerfectTile``, ``SampleCategorical``) hold random decisions. Each
+such instruction becomes a knob here, with every legal decision enumerated as a
+candidate, and a readable name derived from the block and loop it acts on
+(``conv2d_nchw.ff.tile``, ``root.unroll_explicit``), so two layers of the same op class
+share knob names and history transfers between them by name.
+
+Applying a config replays the sketch with those decisions and then runs the target's
+postprocessors (for CUDA, ending in GPU code verification), which reject invalid points.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping
+
+from templates.space import Config, InvalidConfig, Knob, KnobSpace
+
+TEMPLATE = "ms-generic-v1"
+
+_CONTEXT_LOCK = threading.Lock()
+#: meta-schedule's VerifyGPUCode postprocessor allows at most 8 virtual threads.
+MAX_VTHREAD = 8
+
+
+@dataclass(frozen=True)
+class _Sampler:
+    """Where in a sketch's trace a knob's decision lives."""
+
+    inst_index: int
+    knob: str
+    kind: str  # "tile" or "categorical"
+    values: tuple[Any, ...]  # categorical: the instruction's own candidate values
+
+
+@lru_cache(maxsize=4096)
+def perfect_tilings(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """Every ordered way to write ``extent`` as a product of ``parts`` factors,
+    innermost factor at most ``max_innermost`` (meta-schedule's own constraint)."""
+    if parts == 1:
+        return ((extent,),) if extent <= max_innermost else ()
+    out: list[tuple[int, ...]] = []
+    for d in _divisors(extent):
+        for rest in perfect_tilings(extent // d, parts - 1, max_innermost):
+            out.append((d, *rest))
+    return tuple(out)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+class MetaScheduleSpace(KnobSpace):
+    """Knob space of one PrimFunc on one target, from meta-schedule's space generator."""
+
+    def __init__(self, func, target, *, name: str = "main") -> None:
+        import tvm
+        from tvm.s_tir import meta_schedule as ms
+
+        self.target = target
+        self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+        kind = "cuda" if target.kind.name == "cuda" else "llvm"
+        with _CONTEXT_LOCK:
+            ctx = ms.TuneContext(
+                mod=self.mod,
+                target=target,
+                space_generator=ms.space_generator.PostOrderApply(
+                    sch_rules=kind, postprocs=kind, mutator_probs=kind
+                ),
+                task_name=name,
+                num_threads=1,
+            )
+            self.sketches = list(ctx.generate_design_space())
+        if not self.sketches:
+            raise InvalidConfig(f"meta-schedule generated no design space for {name}")
+        self.postprocs = list(ctx.space_generator.postprocs)
+        self._ctx = ctx  # keeps postprocs' tune context alive
+        self._iter_names = _block_iter_names(func)
+        self._samplers = [self._samplers_of(sketch.trace) for sketch in self.sketches]
+
+        knobs: dict[str, Knob] = {}
+        if len(self.sketches) > 1:
+            knobs["sketch"] = Knob("sketch", tuple(range(len(self.sketches))), "categorical")
+        for samplers, sketch in zip(self._samplers, self.sketches):
+            trace = sketch.trace
+            for s in samplers:
+                if s.knob in knobs:
+                    continue
+                inst = trace.insts[s.inst_index]
+                if s.kind == "tile":
+                    decision = [int(v) for v in trace.decisions[inst]]
+                    parts, innermost = int(inst.attrs[0]), int(inst.attrs[1])
+                    cands = perfect_tilings(math.prod(decision), parts, max(innermost, decision[-1]))
+                    knobs[s.knob] = Knob(s.knob, tuple(list(c) for c in cands), "tile")
+                else:
+                    knobs[s.knob] = Knob(s.knob, s.values, "ordinal" if _all_numbers(s.values) else "categorical")
+        super().__init__(list(knobs.values()))
+        self.space_id = self.shape_id(TEMPLATE + ":" + kind)
+        self.max_threads = int(target.attrs["max_threads_per_block"]) if kind == "cuda" else 0
+        # meta-schedule annotates thread extents to [warp size, max threads]; blocks
+        # smaller than a warp are only possible when the whole loop nest is.
+        spatial = math.prod(
+            math.prod(k.candidates[0]) for k in self.knobs if k.kind == "tile" and len(k.candidates[0]) == 5
+        )
+        self.min_threads = min(int(target.attrs.get("thread_warp_size", 32)), spatial) if kind == "cuda" else 0
+        # VerifyGPUCode bounds local memory per block by the register file size.
+        self.max_local_bytes = int(target.attrs.get("registers_per_block", 65536)) if kind == "cuda" else 0
+
+    # --- knob naming ----------------------------------------------------------------------
+    def _samplers_of(self, trace) -> list[_Sampler]:
+        """Walk a trace, naming random variables after the blocks and loops they denote."""
+        names: dict[Any, str] = {}
+        out: list[_Sampler] = []
+        used: dict[str, int] = {}
+        insts = list(trace.insts)
+
+        def unique(base: str) -> str:
+            used[base] = used.get(base, 0) + 1
+            return base if used[base] == 1 else f"{base}#{used[base]}"
+
+        for i, inst in enumerate(insts):
+            kind = inst.kind.name
+            if kind in ("GetSBlock", "GetBlock"):
+                names[inst.outputs[0]] = str(inst.attrs[0])
+            elif kind == "GetLoops":
+                block = names.get(inst.inputs[0], "block")
+                axes = self._iter_names.get(block, [])
+                for j, loop in enumerate(inst.outputs):
+                    names[loop] = f"{block}.{axes[j] if j < len(axes) and len(axes) == len(inst.outputs) else f'l{j}'}"
+            elif kind in ("CacheRead", "CacheWrite", "ReIndex"):
+                base = names.get(inst.inputs[0], "block")
+                names[inst.outputs[0]] = f"{base}.{kind.lower()}{int(inst.attrs[0]) if inst.attrs else 0}"
+            elif kind == "Fuse":
+                parts = [names.get(x, "loop").split(".")[-1] for x in inst.inputs]
+                block = names.get(inst.inputs[0], "loop").rsplit(".", 1)[0]
+                names[inst.outputs[0]] = f"{block}.{'_'.join(parts)}"
+            elif kind == "Split":
+                base = names.get(inst.inputs[0], "loop")
+                for j, loop in enumerate(inst.outputs):
+                    names[loop] = f"{base}.{j}"
+            elif kind == "SamplePerfectTile":
+                loop = names.get(inst.inputs[0], f"loop{i}")
+                out.append(_Sampler(i, unique(f"{loop}.tile"), "tile", ()))
+            elif kind == "SampleCategorical":
+                label = _categorical_label(insts, i, inst.outputs[0], names)
+                values = tuple(int(v) if _is_int(v) else str(v) for v in inst.attrs[0])
+                out.append(_Sampler(i, unique(label), "categorical", values))
+        return out
+
+    # --- validity ---------------------------------------------------------------------------
+    def is_plausible(self, config: Mapping[str, Any]) -> bool:
+        """On CUDA: threads per block and virtual threads within the limits that
+        VerifyGPUCode enforces (the commonest invalidities), checked with no TVM work,
+        so sampling and mutation stay mostly valid."""
+        if not self.max_threads:
+            return True
+        threads, vthreads = self.thread_counts(config)
+        if threads > self.max_threads or vthreads > MAX_VTHREAD or threads < self.min_threads:
+            return False
+        return threads * vthreads * self.thread_work(config) * 4 <= self.max_local_bytes
+
+    def thread_work(self, config: Mapping[str, Any]) -> int:
+        """Accumulators each thread keeps in registers: the two innermost spatial parts."""
+        work = 1
+        for knob in self.knobs:
+            if knob.kind == "tile" and len(knob.candidates[0]) == 5:
+                value = config[knob.name]
+                work *= int(value[3]) * int(value[4])
+        return work
+
+    def thread_counts(self, config: Mapping[str, Any]) -> tuple[int, int]:
+        """(threads per block, virtual threads) of a CUDA multi-level tiling config:
+        spatial tiles have 5 parts [blockIdx, vthread, threadIdx, inner, innermost]."""
+        threads = vthreads = 1
+        for knob in self.knobs:
+            if knob.kind == "tile" and len(knob.candidates[0]) == 5:
+                value = config[knob.name]
+                vthreads *= int(value[1])
+                threads *= int(value[2])
+        return threads, vthreads
+
+    # --- realization -------------------------------------------------------------------------
+    def default_config(self) -> Config:
+        """A valid point: the first sketch's own decisions if they pass, else the first
+        valid point of a seeded random walk (sketch decisions are random draws)."""
+        import numpy as np
+
+        for k, (sketch, samplers) in enumerate(zip(self.sketches, self._samplers)):
+            trace = sketch.trace
+            cfg: Config = {"sketch": k} if "sketch" in self._by_name else {}
+            for s in samplers:
+                decision = trace.decisions[trace.insts[s.inst_index]]
+                cfg[s.knob] = [int(v) for v in decision] if s.kind == "tile" else s.values[int(decision)]
+            for knob in self.knobs:  # knobs only other sketches use: their first candidate
+                cfg.setdefault(knob.name, knob.candidates[0])
+            cfg = self.from_indices(self.to_indices(cfg))
+            if self._valid(cfg):
+                return cfg
+        rng = np.random.default_rng(0)
+        for _ in range(500):
+            cfg = self.random_config(rng)
+            if self._valid(cfg):
+                return cfg
+        raise InvalidConfig("no valid point found in 500 draws")
+
+    def _valid(self, config: Mapping[str, Any]) -> bool:
+        try:
+            self.apply(config)
+        except InvalidConfig:
+            return False
+        return True
+
+    def apply(self, config: Mapping[str, Any]):
+        """Replay the sketch with ``config``'s decisions; return the scheduled IRModule."""
+        from tvm.s_tir import Schedule
+
+        if not self.contains(config):
+            raise InvalidConfig("config does not belong to this space")
+        if not self.is_plausible(config):
+            threads, vthreads = self.thread_counts(config)
+            raise InvalidConfig(f"{threads} threads / {vthreads} vthreads per block exceed the device limits")
+        k = int(config.get("sketch", 0))
+        trace = self.sketches[k].trace
+        wanted = {}
+        for s in self._samplers[k]:
+            value = config[s.knob]
+            wanted[s.inst_index] = [int(v) for v in value] if s.kind == "tile" else s.values.index(value)
+        index_of = {inst: i for i, inst in enumerate(trace.insts)}
+
+        def provider(inst, _inputs, _attrs, decision):
+            i = index_of.get(inst)
+            return wanted[i] if i in wanted else decision
+
+        sch = Schedule(self.mod, debug_mask="none")
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        except Exception as err:  # a decision the schedule primitives refuse
+            raise InvalidConfig(f"schedule replay failed: {_first_line(err)}") from None
+        for post in self.postprocs:
+            try:
+                ok = post.apply(sch)
+            except Exception as err:
+                raise InvalidConfig(f"{type(post).__name__} failed: {_first_line(err)}") from None
+            if not ok:
+                raise InvalidConfig(f"rejected by {type(post).__name__}")
+        return sch.mod
+
+
+def _categorical_label(insts, i: int, rv, names: dict) -> str:
+    """Name a categorical sample after what consumes it (usually an annotation)."""
+    for later in insts[i + 1 :]:
+        if later.kind.name == "Annotate" and any(x.same_as(rv) for x in later.inputs[1:]):
+            target = names.get(later.inputs[0], "block")
+            key = str(later.attrs[0]).split(".")[-1]
+            return f"{target}.{key}"
+        if later.kind.name == "Split" and any(x.same_as(rv) for x in later.inputs[1:] if x is not None):
+            return f"{names.get(later.inputs[0], 'loop')}.split"
+    return f"categorical{i}"
+
+
+def _block_iter_names(func) -> dict[str, list[str]]:
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    out: dict[str, list[str]] = {}
+    for b in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(b)
+        out[block.name_hint] = [iv.var.name.removeprefix("v_") for iv in block.iter_vars]
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    try:
+        return float(v) == int(v)
+    except (TypeError, ValueError):
+        return False
+
+
+def _all_numbers(values) -> bool:
+    return all(isinstance(v, (int, float)) for v in values)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if "Error" in ln or "error" in ln:
+            return ln.strip()[:300]
+    return (lines[-1] if lines else type(err).__name__)[:300]

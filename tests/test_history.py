@@ -1,0 +1,785 @@
+"""Tests of the tuning-history database on real SQLite files (and real processes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from sqlalchemy import event
+
+import history
+from history import (
+    HistoryError,
+    HistoryStore,
+    Record,
+    TargetInfo,
+    WorkloadInfo,
+    canonical_json,
+    export_json,
+    import_json,
+    open_history,
+    resolve_location,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+GPU = TargetInfo("cuda", "sm_90", "NVIDIA H100", driver_version="550.1", runtime_version="12.4", tvm_version="0.17")
+CPU = TargetInfo("llvm", "x86_64", "Xeon")
+CONV = WorkloadInfo(
+    key="conv2d:n1:c64:h56:w56:k64:r3:s3:float32",
+    batch_invariant_key="conv2d:c64:h56:w56:k64:r3:s3:float32",
+    op_class="conv2d",
+    descriptor={"shapes": [[1, 64, 56, 56], [64, 64, 3, 3]], "dtype": "float32", "attrs": {"strides": [1, 1]}},
+    flops=2.0 * 64 * 56 * 56 * 64 * 9,
+    features=(1.0, 64.0, 56.0),
+)
+CONV_B8 = dataclasses.replace(CONV, key="conv2d:n8:c64:h56:w56:k64:r3:s3:float32", features=())
+DENSE = WorkloadInfo("dense:n1:k512:m1000", "dense:k512:m1000", "dense", {"shapes": [[1, 512]]}, 1.0e6)
+
+
+def populated(path: Path | str) -> HistoryStore:
+    """A store with two targets, three workloads and a handful of records of every kind."""
+    store = open_history(str(path))
+    for t in (GPU, CPU):
+        store.register_target(t)
+    for w in (CONV, CONV_B8, DENSE):
+        store.register_workload(w)
+    add = store.add_record
+    add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 8}, samples=[3e-3, 2e-3, 4e-3], status="ok", run_id="r1", tuner="random")
+    add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 16}, samples=[1e-3, 1e-3, 1e-3], status="ok", run_id="r1", tuner="random")
+    add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 32}, samples=[], status="build_error", error="nvcc: bad", run_id="r1")
+    add(workload_key=CONV.key, target_key=GPU.key, space_id="s2", config={"tile": 4}, samples=[5e-4], status="ok", tuner="xgb")
+    add(workload_key=CONV.key, target_key=CPU.key, space_id="s1", config={"tile": 8}, samples=[9e-3], status="ok")
+    add(workload_key=DENSE.key, target_key=GPU.key, space_id="d1", config={"k": 2}, samples=[], status="timeout", error="took too long")
+    return store
+
+
+def record_dicts(store: HistoryStore) -> list[dict[str, Any]]:
+    """Records without their database-local ids, to compare across databases."""
+    out = []
+    for r in store.records():
+        d = dataclasses.asdict(r)
+        d.pop("id")
+        out.append(d)
+    return out
+
+
+def file_sha(path: Path | str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def table_counts(path: Path | str) -> dict[str, int]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("targets", "workloads", "records", "runs")}
+    finally:
+        con.close()
+
+
+# ------------------------------------------------------------------- location
+
+
+def test_resolve_location_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_HISTORY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resolve_location(None) == "sqlite:///" + str(tmp_path / "home" / ".autotune" / "history.db")
+    monkeypatch.setenv("AUTOTUNE_HISTORY", str(tmp_path / "env.db"))
+    assert resolve_location(None) == "sqlite:///" + str(tmp_path / "env.db")
+    assert resolve_location(str(tmp_path / "arg.db")) == "sqlite:///" + str(tmp_path / "arg.db")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_location("rel/h.db") == "sqlite:///" + str(tmp_path / "rel" / "h.db")
+    assert resolve_location("postgresql://u:p@host/db") == "postgresql://u:p@host/db"
+    monkeypatch.setenv("AUTOTUNE_HISTORY", "sqlite:////x/y.db")
+    assert resolve_location(None) == "sqlite:////x/y.db"
+
+
+def test_default_location_is_created_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_HISTORY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with open_history() as store:
+        assert store.location == str(tmp_path / ".autotune" / "history.db")
+    assert (tmp_path / ".autotune" / "history.db").is_file()
+
+
+def test_url_masks_password() -> None:
+    assert history.mask_url("postgresql://me:s3cret@db.example/hist") == "postgresql://me:***@db.example/hist"
+
+
+# -------------------------------------------------------------- API round trip
+
+
+def test_targets_and_workloads_round_trip(tmp_path: Path) -> None:
+    with open_history(tmp_path / "h.db") as store:
+        gid = store.register_target(TargetInfo("cuda", "sm_90", "NVIDIA H100"))
+        # Same key again: same id, and versions unknown so far get filled in.
+        assert store.register_target(GPU) == gid
+        assert store.register_target(GPU) == gid
+        assert store.register_target(CPU) != gid
+        assert store.targets() == [GPU, CPU]
+        assert GPU.key == "cuda:sm_90:NVIDIA H100"
+
+        wid = store.register_workload(CONV_B8)  # no features yet
+        assert store.register_workload(dataclasses.replace(CONV_B8, features=(8.0, 64.0))) == wid
+        assert store.workload(CONV_B8.key).features == (8.0, 64.0)
+        # Stored features are not overwritten by later, different ones.
+        store.register_workload(dataclasses.replace(CONV_B8, features=(1.0,)))
+        assert store.workload(CONV_B8.key).features == (8.0, 64.0)
+        store.register_workload(CONV)
+        store.register_workload(DENSE)
+        assert store.workload(CONV.key) == CONV
+        assert store.workload("nope") is None
+        assert [w.key for w in store.workloads()] == [CONV_B8.key, CONV.key, DENSE.key]
+        assert [w.key for w in store.workloads(op_class="dense")] == [DENSE.key]
+        assert store.workloads(op_class="softmax") == []
+
+
+def test_add_record_computes_stats_and_reads_back(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        rid = store.add_record(
+            workload_key=CONV.key,
+            target_key=GPU.key,
+            space_id="s9",
+            config={"b": np.int64(2), "a": [1, 2], "c": "x"},
+            samples=[np.float64(1.0), 2.0, 4.0],
+            status="ok",
+            run_id="r2",
+            tuner="ga",
+        )
+        rec = store.records(space_id="s9")[0]
+        assert isinstance(rec, Record)
+        assert rec.id == rid
+        assert rec.config == {"a": [1, 2], "b": 2, "c": "x"}
+        assert rec.latency_median == 2.0
+        assert rec.latency_mean == pytest.approx(7 / 3)
+        assert rec.latency_std == pytest.approx(float(np.std([1.0, 2.0, 4.0])))
+        assert rec.repeats == 3 and rec.samples == (1.0, 2.0, 4.0)
+        assert (rec.status, rec.error, rec.verified, rec.run_id, rec.tuner) == ("ok", None, None, "r2", "ga")
+        assert (rec.workload_key, rec.batch_invariant_key, rec.op_class, rec.target_key) == (
+            CONV.key, CONV.batch_invariant_key, "conv2d", GPU.key)
+        assert rec.created_at.endswith("+00:00")
+
+        err = store.records(status="build_error")[0]
+        assert err.latency_median is None and err.repeats == 0 and err.samples == () and err.error == "nvcc: bad"
+
+        long_id = store.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d1", config={}, samples=[],
+                                   status="run_error", error="x" * 10000)
+        assert len(store.records(status="run_error")[0].error) == history.MAX_ERROR_CHARS
+        assert store.records()[-1].id == long_id
+
+
+def test_record_filters_and_order(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        all_records = store.records()
+        assert [r.id for r in all_records] == sorted(r.id for r in all_records)
+        assert len(all_records) == 6
+        assert len(store.records(workload_key=CONV.key)) == 5
+        assert len(store.records(target_key=CPU.key)) == 1
+        assert len(store.records(op_class="dense")) == 1
+        assert len(store.records(batch_invariant_key=CONV.batch_invariant_key)) == 5
+        assert len(store.records(status="ok")) == 4
+        assert len(store.records(space_id="s2")) == 1
+        assert len(store.records(run_id="r1")) == 3
+        assert len(store.records(workload_key=CONV.key, target_key=GPU.key, space_id="s1")) == 3
+        assert [r.id for r in store.records(limit=2)] == [all_records[0].id, all_records[1].id]
+        assert store.records(workload_key="missing") == []
+
+
+def test_measured_configs_for_resume(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        got = store.measured_configs(CONV.key, GPU.key, "s1")
+        # Every status counts: a failed config is not measured again either.
+        assert got == {canonical_json({"tile": 8}), canonical_json({"tile": 16}), canonical_json({"tile": 32})}
+        assert '{"tile":8}' in got
+        assert store.measured_configs(CONV.key, GPU.key, "s2") == {'{"tile":4}'}
+        assert store.measured_configs(CONV.key, CPU.key, "s2") == set()
+
+
+def test_add_record_rejects_bad_input(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        before = len(store.records())
+        base = dict(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"t": 1}, samples=[1e-3])
+        with pytest.raises(HistoryError, match="unknown workload 'nope'"):
+            store.add_record(**{**base, "workload_key": "nope"}, status="ok")
+        with pytest.raises(HistoryError, match="unknown target"):
+            store.add_record(**{**base, "target_key": "cuda:sm_1:none"}, status="ok")
+        with pytest.raises(ValueError, match="invalid record status"):
+            store.add_record(**base, status="great")
+        with pytest.raises(ValueError, match="at least one latency sample"):
+            store.add_record(**{**base, "samples": []}, status="ok")
+        with pytest.raises(ValueError):
+            store.add_record(**{**base, "samples": [math.nan]}, status="ok")
+        with pytest.raises(ValueError):
+            store.add_record(**{**base, "config": {"t": object()}}, status="ok")
+        with pytest.raises(ValueError):
+            store.add_record(**{**base, "config": {"t": math.inf}}, status="ok")
+        assert len(store.records()) == before
+
+
+def test_best_ignores_errors_and_wrong_results(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        best = store.best(CONV.key, GPU.key)
+        assert best is not None and best.config == {"tile": 4} and best.latency_median == 5e-4
+        assert store.best(CONV.key, GPU.key, space_id="s1").config == {"tile": 16}
+        assert store.best(CONV.key, CPU.key).config == {"tile": 8}
+        assert store.best(DENSE.key, GPU.key) is None  # only a timeout there
+        assert store.best(CONV_B8.key, GPU.key) is None  # nothing at all
+
+        # A build error with a tiny (bogus) sample never wins.
+        store.add_record(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 1},
+                         samples=[1e-9], status="run_error", error="crashed")
+        # An ok record already known wrong never wins either.
+        store.add_record(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 2},
+                         samples=[1e-8], status="ok", verified=False)
+        assert store.best(CONV.key, GPU.key, space_id="s1").config == {"tile": 16}
+
+        # Verified wrong after the fact: the previous best drops out.
+        best_s1 = store.best(CONV.key, GPU.key, space_id="s1")
+        store.set_verified(best_s1.id, False, "max abs diff 3.2")
+        wrong = store.records(status="wrong_result")[0]
+        assert (wrong.id, wrong.verified, wrong.error) == (best_s1.id, False, "max abs diff 3.2")
+        assert store.best(CONV.key, GPU.key, space_id="s1").config == {"tile": 8}
+
+
+def test_set_verified(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        rec = store.records(status="ok")[0]
+        store.set_verified(rec.id, True)
+        again = [r for r in store.records() if r.id == rec.id][0]
+        assert again.verified is True and again.status == "ok"
+        assert store.best(CONV.key, CPU.key).verified is None
+        store.set_verified(rec.id, False)
+        again = [r for r in store.records() if r.id == rec.id][0]
+        assert again.verified is False and again.status == "wrong_result" and again.error
+        with pytest.raises(HistoryError, match="no record 99999"):
+            store.set_verified(99999, True)
+
+
+def test_summary(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        rows = store.summary()
+        by_key = {(r["workload_key"], r["target_key"]): r for r in rows}
+        assert set(by_key) == {(CONV.key, GPU.key), (CONV.key, CPU.key), (DENSE.key, GPU.key)}
+        conv_gpu = by_key[(CONV.key, GPU.key)]
+        assert conv_gpu["n_records"] == 4 and conv_gpu["n_ok"] == 3 and conv_gpu["op_class"] == "conv2d"
+        assert conv_gpu["best_latency"] == 5e-4
+        assert conv_gpu["best_record_id"] == store.best(CONV.key, GPU.key).id
+        dense = by_key[(DENSE.key, GPU.key)]
+        assert (dense["n_records"], dense["n_ok"], dense["best_latency"], dense["best_record_id"]) == (1, 0, None, None)
+        assert {r["target_key"] for r in store.summary(target_key=CPU.key)} == {CPU.key}
+        assert store.summary(target_key="none") == []
+
+
+def test_runs(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        store.start_run("r1", model="resnet18.onnx", target_key=GPU.key, tuner="random", params={"trials": 64})
+        run = store.run("r1")
+        assert run["status"] == "running" and run["params"] == {"trials": 64} and run["finished_at"] is None
+        assert run["target_key"] == GPU.key and run["n_records"] == 3 and run["model"] == "resnet18.onnx"
+        store.finish_run("r1", "finished", {"speedup": 1.7, "layers": 12})
+        run = store.run("r1")
+        assert run["status"] == "finished" and run["summary"] == {"speedup": 1.7, "layers": 12} and run["finished_at"]
+        store.start_run("r2", model="bert.onnx", target_key=CPU.key, tuner="xgb", params={})
+        assert [r["run_id"] for r in store.runs()] == ["r1", "r2"]
+        # Restarting the same run (same model and target) resumes it.
+        store.start_run("r1", model="resnet18.onnx", target_key=GPU.key, tuner="random", params={"trials": 128})
+        assert store.run("r1")["status"] == "running" and store.run("r1")["finished_at"] is None
+        with pytest.raises(HistoryError, match="another model"):
+            store.start_run("r1", model="other.onnx", target_key=GPU.key, tuner="random", params={})
+        with pytest.raises(HistoryError, match="unknown target"):
+            store.start_run("r3", model="m", target_key="cuda:x:y", tuner="t", params={})
+        with pytest.raises(HistoryError, match="no run"):
+            store.finish_run("nope", "failed", {})
+        with pytest.raises(ValueError):
+            store.finish_run("r2", "exploded", {})
+        assert store.run("nope") is None
+
+
+def test_in_memory_store() -> None:
+    with open_history("sqlite://") as store:
+        store.register_target(CPU)
+        store.register_workload(DENSE)
+        store.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d", config={}, samples=[1.0], status="ok")
+        assert store.best(DENSE.key, CPU.key).latency_median == 1.0
+
+
+# ----------------------------------------------------------------- durability
+
+
+def test_persistence_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    store = populated(path)
+    store.start_run("r1", model="m", target_key=GPU.key, tuner="random", params={"a": 1})
+    expected = record_dicts(store)
+    store.close()
+    assert not (tmp_path / "h.db-wal").exists()  # last writer out checkpoints the WAL
+    with open_history(path) as again:
+        assert record_dicts(again) == expected
+        assert again.targets() == [GPU, CPU]
+        assert again.workload(CONV.key) == CONV
+        assert again.run("r1")["params"] == {"a": 1}
+    with open_history(path, readonly=True) as ro:
+        assert record_dicts(ro) == expected
+
+
+def _run_script(code: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=str(REPO), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_records_survive_sigkill(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    populated(path).close()
+    n = 25
+    proc = _run_script(
+        """
+        import os, signal, sys
+        from history import open_history
+        path, n = sys.argv[1], int(sys.argv[2])
+        store = open_history(path)
+        for i in range(n):
+            store.add_record(workload_key=sys.argv[3], target_key=sys.argv[4], space_id="kill",
+                             config={"i": i}, samples=[1e-3 + i * 1e-6], status="ok", run_id="killed-run")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """,
+        str(path), str(n), CONV.key, GPU.key,
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, err
+    with open_history(path) as store:
+        got = store.records(space_id="kill")
+        assert [r.config["i"] for r in got] == list(range(n))
+        assert len(store.records()) == 6 + n
+
+
+WRITER = """
+import sys, time, os
+from history import open_history, TargetInfo, WorkloadInfo
+path, tag, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+while not os.path.exists(go):
+    time.sleep(0.001)
+store = open_history(path)
+t = TargetInfo("cuda", "sm_90", "shared")
+w = WorkloadInfo("w", "w*", "dense", {"m": 1}, 1.0)
+for i in range(n):
+    store.register_target(t)
+    store.register_workload(w)
+    store.add_record(workload_key=w.key, target_key=t.key, space_id="s", config={"tag": tag, "i": i},
+                     samples=[1e-3], status="ok", run_id=tag)
+    store.records(run_id=tag, limit=1)
+store.start_run(tag, model="m", target_key=t.key, tuner="t", params={})
+store.finish_run(tag, "finished", {"n": n})
+store.close()
+print("done", tag)
+"""
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["existing-file", "both-create-the-file"])
+def test_two_processes_write_the_same_file(tmp_path: Path, fresh: bool) -> None:
+    path = tmp_path / "h.db"
+    if not fresh:
+        open_history(path).close()
+    go = tmp_path / "go"
+    n = 60
+    procs = [_run_script(WRITER, str(path), tag, str(n), str(go)) for tag in ("A", "B")]
+    time.sleep(0.5)  # let both interpreters start, then release them together
+    go.touch()
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert out.startswith("done")
+    with open_history(path) as store:
+        assert len(store.targets()) == 1 and len(store.workloads()) == 1
+        records = store.records()
+        assert len(records) == 2 * n
+        for tag in ("A", "B"):
+            assert sorted(r.config["i"] for r in records if r.run_id == tag) == list(range(n))
+        assert {r["run_id"]: r["n_records"] for r in store.runs()} == {"A": n, "B": n}
+
+
+def test_disk_full_rolls_back_and_reports(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    store = populated(path)
+    pages = sqlite3.connect(path).execute("PRAGMA page_count").fetchone()[0]
+
+    # SQLite reports SQLITE_FULL ("database or disk is full") once max_page_count is reached,
+    # exactly as on a full disk.
+    @event.listens_for(store.engine, "connect")
+    def _limit(dbapi_conn: Any, _rec: Any) -> None:
+        dbapi_conn.execute(f"PRAGMA max_page_count={pages + 2}")
+
+    store.engine.dispose()
+    written = 0
+    with pytest.raises(HistoryError, match="database or disk is full") as info:
+        for i in range(10000):
+            store.add_record(workload_key=CONV.key, target_key=GPU.key, space_id="full", config={"i": i},
+                             samples=[1e-3] * 300, status="ok")
+            written += 1
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert 0 < written < 10000
+    store.close()
+    with open_history(path) as again:  # the failed write left nothing behind, the others are all there
+        assert [r.config["i"] for r in again.records(space_id="full")] == list(range(written))
+
+
+# ------------------------------------------------------------------ export/import
+
+
+def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
+    src = populated(tmp_path / "src.db")
+    src.set_verified(src.records(status="ok")[0].id, True)
+    out = tmp_path / "export.json"
+    assert export_json(src, out) == 6
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "autotune-history" and doc["version"] == 1
+    assert {r["workload_key"] for r in doc["records"]} == {CONV.key, DENSE.key}
+    assert "workload_id" not in doc["records"][0] and "id" not in doc["records"][0]
+    assert not list(tmp_path.glob(".export-*"))
+
+    with open_history(tmp_path / "dst.db") as dst:
+        counts = import_json(dst, out)
+        assert counts == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3}
+        assert record_dicts(dst) == record_dicts(src)
+        assert dst.targets() == src.targets()
+        assert dst.workloads() == src.workloads()
+        again = import_json(dst, out)
+        assert again == {"added": 0, "skipped": 6, "targets_added": 0, "workloads_added": 0}
+        assert record_dicts(dst) == record_dicts(src)
+        # New records on the source side merge in; old ones are still skipped.
+        src.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d1", config={"k": 4}, samples=[2e-3], status="ok")
+        buf = io.StringIO()
+        export_json(src, buf)
+        buf.seek(0)
+        assert import_json(dst, buf)["added"] == 1
+        assert record_dicts(dst) == record_dicts(src)
+    src.close()
+
+
+def test_filtered_export(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        buf = io.StringIO()
+        assert export_json(store, buf, workload_key=CONV.key, target_key=GPU.key) == 4
+        doc = json.loads(buf.getvalue())
+        assert [w["key"] for w in doc["workloads"]] == [CONV.key]
+        assert [t["key"] for t in doc["targets"]] == [GPU.key]
+        assert {(r["workload_key"], r["target_key"]) for r in doc["records"]} == {(CONV.key, GPU.key)}
+
+
+def _valid_doc(tmp_path: Path) -> dict[str, Any]:
+    buf = io.StringIO()
+    with populated(tmp_path / "valid-src.db") as store:
+        export_json(store, buf)
+    return json.loads(buf.getvalue())
+
+
+def _drop(key: str) -> Callable[[dict], None]:
+    def mutate(doc: dict) -> None:
+        del doc["records"][2][key]
+    return mutate
+
+
+def _set(section: str, index: int, key: str, value: Any) -> Callable[[dict], None]:
+    def mutate(doc: dict) -> None:
+        doc[section][index][key] = value
+    return mutate
+
+
+BAD_IMPORTS: dict[str, tuple[Callable[[dict], None], str]] = {
+    "wrong-format": (lambda d: d.update(format="something-else"), "not an autotune history export"),
+    "wrong-version": (lambda d: d.update(version=2), "unsupported version 2"),
+    "version-as-bool": (lambda d: d.update(version=True), "unsupported version"),
+    "records-not-list": (lambda d: d.update(records={"a": 1}), "records: expected list"),
+    "no-records-key": (lambda d: d.pop("records"), "missing field 'records'"),
+    "record-not-object": (lambda d: d["records"].append([1, 2]), r"records\[6\]: expected an object"),
+    "missing-config": (_drop("config"), r"records\[2\]: missing field 'config'"),
+    "missing-created-at": (_drop("created_at"), "missing field 'created_at'"),
+    "bad-status": (_set("records", 3, "status", "fast"), r"records\[3\]\.status: 'fast' is not one of"),
+    "config-not-dict": (_set("records", 1, "config", [1, 2]), r"records\[1\]\.config: expected dict"),
+    "samples-strings": (_set("records", 0, "samples", ["1"]), r"records\[0\]\.samples\[0\]"),
+    "negative-sample": (_set("records", 0, "samples", [-1.0]), ">= 0"),
+    "median-bool": (_set("records", 0, "latency_median", True), "latency_median"),
+    "verified-str": (_set("records", 0, "verified", "yes"), "verified"),
+    "bad-timestamp": (_set("records", 0, "created_at", "yesterday"), "ISO-8601"),
+    "unknown-workload": (_set("records", 5, "workload_key", "ghost"), r"records\[5\].*unknown workload 'ghost'"),
+    "target-key-mismatch": (_set("targets", 0, "key", "cuda:x:y"), r"targets\[0\]\.key"),
+    "flops-string": (_set("workloads", 1, "flops", "many"), r"workloads\[1\]\.flops"),
+    "top-level-list": (lambda d: (d.clear()), "not an autotune history export"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_IMPORTS))
+def test_malformed_import_rejected_with_nothing_written(tmp_path: Path, case: str) -> None:
+    mutate, message = BAD_IMPORTS[case]
+    doc = _valid_doc(tmp_path)
+    mutate(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    # The target store already has one of the targets, and a record of its own.
+    path = tmp_path / "dst.db"
+    with open_history(path) as dst:
+        dst.register_target(CPU)
+        dst.register_workload(DENSE)
+        dst.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="x", config={}, samples=[1.0], status="ok")
+        before = table_counts(path)
+        with pytest.raises(HistoryError, match=message) as info:
+            import_json(dst, bad)
+        assert "\n" not in str(info.value)
+        assert table_counts(path) == before
+
+
+def test_import_rejects_non_json(tmp_path: Path) -> None:
+    path = tmp_path / "dst.db"
+    with open_history(path) as dst:
+        for text in ("this is not json", '{"format": "autotune-history", "version": 1, "targets": [], "workloads": [], "records": [NaN]}', ""):
+            bad = tmp_path / "bad.json"
+            bad.write_text(text)
+            with pytest.raises(HistoryError, match="not valid JSON"):
+                import_json(dst, bad)
+        with pytest.raises(HistoryError, match="cannot read"):
+            import_json(dst, tmp_path / "missing.json")
+        assert table_counts(path) == {"targets": 0, "workloads": 0, "records": 0, "runs": 0}
+
+
+# ------------------------------------------------------------ location errors
+
+
+def test_text_file_at_history_path_is_left_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    path.write_bytes(b"my precious notes\n" * 100)
+    digest = file_sha(path)
+    for kwargs in ({}, {"readonly": True}, {"create": False}):
+        with pytest.raises(HistoryError, match="not a SQLite database") as info:
+            open_history(path, **kwargs)
+        assert str(path) in str(info.value)
+    assert file_sha(path) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.db"]
+
+
+def test_foreign_sqlite_database_is_not_modified(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT)")
+    con.execute("INSERT INTO accounts (name) VALUES ('x')")
+    con.commit()
+    con.close()
+    digest = file_sha(path)
+    with pytest.raises(HistoryError, match="not an autotune history"):
+        open_history(path)
+    assert file_sha(path) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    open_history(path).close()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    with pytest.raises(HistoryError, match="newer"):
+        open_history(path)
+
+
+def test_directory_at_history_path(tmp_path: Path) -> None:
+    with pytest.raises(HistoryError, match="is a directory"):
+        open_history(tmp_path)
+
+
+def test_parent_that_is_a_file_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a directory")
+    for target in (blocker / "history.db", blocker / "sub" / "deeper" / "history.db"):
+        with pytest.raises(HistoryError, match="is not a directory") as info:
+            open_history(target)
+        assert str(target) in str(info.value)
+    assert blocker.read_text() == "not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_missing_parents_are_created(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "c" / "history.db"
+    with open_history(path) as store:
+        store.register_target(CPU)
+    assert path.is_file()
+
+
+def test_failed_open_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(self: HistoryStore, **_: Any) -> None:
+        raise HistoryError("simulated failure while creating tables")
+
+    monkeypatch.setattr(HistoryStore, "_init_schema", boom)
+    with pytest.raises(HistoryError, match="simulated"):
+        open_history(tmp_path / "new" / "dirs" / "history.db")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_readonly_missing_file_creates_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "history.db"
+    with pytest.raises(HistoryError, match="no history at") as info:
+        open_history(target, readonly=True)
+    assert str(target) in str(info.value)
+    with pytest.raises(HistoryError, match="no history at"):
+        open_history(target, create=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_readonly_store_refuses_writes_and_leaves_no_files(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    populated(path).close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    digest = file_sha(path)
+    with open_history(path, readonly=True) as ro:
+        assert len(ro.records()) == 6 and ro.summary() and ro.runs() == []
+        with pytest.raises(HistoryError, match="read-only"):
+            ro.register_target(TargetInfo("x", "y", "z"))
+        with pytest.raises(HistoryError, match="read-only"):
+            ro.add_record(workload_key=CONV.key, target_key=GPU.key, space_id="s", config={}, samples=[], status="timeout")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert file_sha(path) == digest
+
+
+def test_empty_readonly_file_is_not_a_history(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    path.touch()
+    with pytest.raises(HistoryError, match="no history"):
+        open_history(path, readonly=True)
+    assert path.read_bytes() == b""
+
+
+def as_unprivileged(fn: Callable[[], None]) -> str:
+    """Run ``fn`` without root's permission bypass; returns "OK" or "<ExcType>: message".
+
+    As root, a forked child drops to uid/gid 65534 (modules are already loaded, so it
+    needs no access to the interpreter's files); otherwise it runs in-process.
+    """
+
+    def call() -> str:
+        try:
+            fn()
+        except HistoryError as exc:
+            return f"HistoryError: {exc}"
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent as text
+            return f"{type(exc).__name__}: {exc}"
+        return "OK"
+
+    if os.geteuid() != 0:
+        return call()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        result = "child failed"
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            result = call()
+        finally:
+            os.write(write_fd, result.encode())
+            os._exit(0)
+    os.close(write_fd)
+    chunks = []
+    while chunk := os.read(read_fd, 65536):
+        chunks.append(chunk)
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode()
+
+
+@pytest.fixture
+def shared_dir() -> Any:
+    """A directory owned by us, mode 755, outside pytest's private tmp (which is 700)."""
+    d = Path(tempfile.mkdtemp(prefix="history-perm-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _seed(path: Path) -> None:
+    with open_history(path) as store:
+        store.register_target(CPU)
+        store.register_workload(DENSE)
+        store.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d", config={}, samples=[1.0], status="ok")
+
+
+def test_unwritable_directory_cannot_hold_new_history(shared_dir: Path) -> None:
+    locked = shared_dir / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    result = as_unprivileged(lambda: open_history(locked / "history.db").close())
+    assert result.startswith("HistoryError: cannot create history at"), result
+    assert "not writable" in result and str(locked) in result
+    assert list(locked.iterdir()) == []
+
+
+def test_readonly_file_cannot_be_opened_for_writing(shared_dir: Path) -> None:
+    path = shared_dir / "history.db"
+    _seed(path)
+    path.chmod(0o444)
+    digest = file_sha(path)
+    result = as_unprivileged(lambda: open_history(path).close())
+    assert result.startswith("HistoryError:") and "read-only" in result and str(path) in result, result
+
+    # Reading it is fine, and changes nothing.
+    def read() -> None:
+        with open_history(path, readonly=True) as ro:
+            assert len(ro.records()) == 1
+
+    assert as_unprivileged(read) == "OK"
+    assert file_sha(path) == digest
+    assert sorted(p.name for p in shared_dir.iterdir()) == ["history.db"]
+
+
+def test_writable_file_in_unwritable_directory(shared_dir: Path) -> None:
+    path = shared_dir / "history.db"
+    _seed(path)
+    path.chmod(0o666)  # the file is writable, but SQLite's journal files could not be created
+    result = as_unprivileged(lambda: open_history(path).close())
+    assert result.startswith("HistoryError:") and f"directory {shared_dir} is not writable" in result, result
+
+
+def test_readonly_wal_database_in_unwritable_directory(shared_dir: Path) -> None:
+    path = shared_dir / "history.db"
+    _seed(path)
+    con = sqlite3.connect(path)  # leave the file in WAL mode with no -shm, as after a crash + cleanup
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    con.close()
+    assert not Path(str(path) + "-shm").exists()
+
+    def read() -> None:
+        with open_history(path, readonly=True) as ro:
+            assert [r.latency_median for r in ro.records()] == [1.0]
+
+    assert as_unprivileged(read) == "OK"
+
+
+def test_unknown_dialect() -> None:
+    with pytest.raises(HistoryError, match="unknown database type 'nosuchdb'"):
+        open_history("nosuchdb://host/db")
+
+
+def test_unreachable_postgres_fails_quickly() -> None:
+    start = time.monotonic()
+    with pytest.raises(HistoryError) as info:
+        open_history("postgresql://nobody:hunter2@127.0.0.1:1/x")
+    message = str(info.value)
+    assert time.monotonic() - start < 15
+    assert "127.0.0.1:1" in message and "hunter2" not in message and "\n" not in message
+    # Either the driver is missing or the server is unreachable: both are named.
+    assert "not installed" in message or "cannot connect" in message

@@ -1,0 +1,254 @@
+"""Tests for the bundled model zoo (autotune.zoo).
+
+The zoo is only useful if its models are valid ONNX, match the real
+architectures, are reproducible, and import through TVM's Relax frontend,
+so each of those is checked here against an independent oracle (the ONNX
+checker and shape inference, the ONNX reference evaluator, torchvision's
+published parameter counts, TVM itself).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+import autotune.zoo as zoo
+from autotune.errors import AutotuneError
+from autotune.zoo import build_model, export_model, get_entry, list_models
+from autotune.zoo.alexnet import alexnet
+from autotune.zoo.graph import GraphBuilder
+
+NAMES = ["resnet18", "resnet50", "vgg11", "alexnet", "mobilenetv2", "transformer"]
+#: Small sizes keep the reference evaluator and TVM compile fast.
+SMALL = {"resnet18": 32, "resnet50": 32, "vgg11": 32, "alexnet": 64, "mobilenetv2": 32,
+         "transformer": 16}
+#: Learnable parameters (weights + biases, excluding BN running stats) at the
+#: default size: torchvision's published counts for the CNNs, and
+#: 4*(256*256+256) + 2*2*256 + (256*1024+1024) + (1024*256+256) for the transformer.
+EXPECTED_PARAMS = {
+    "resnet18": 11_689_512,
+    "resnet50": 25_557_032,
+    "vgg11": 132_863_336,
+    "alexnet": 61_100_840,
+    "mobilenetv2": 3_504_872,
+    "transformer": 789_760,
+}
+BATCH = 2
+
+
+def _small(name: str) -> tuple[onnx.ModelProto, np.ndarray]:
+    """A small-size batch-2 model and a seeded input for it."""
+    entry = get_entry(name)
+    model = build_model(name, batch_size=BATCH, size=SMALL[name])
+    x = np.random.default_rng(123).standard_normal(entry.input_shape(BATCH, SMALL[name]))
+    return model, x.astype(np.float32)
+
+
+def _shape(value_info: onnx.ValueInfoProto) -> tuple[int, ...]:
+    return tuple(d.dim_value for d in value_info.type.tensor_type.shape.dim)
+
+
+def test_list_models_has_exactly_the_zoo() -> None:
+    entries = list_models()
+    assert [e.name for e in entries] == NAMES
+    for e in entries:
+        assert e.input_name == "input"
+        assert e.min_size <= e.default_size
+        assert get_entry(e.name) is e
+    assert get_entry("transformer").default_size == 128
+    assert get_entry("alexnet").min_size == 63
+
+
+def test_input_shapes() -> None:
+    assert get_entry("resnet18").input_shape(2, 32) == (2, 3, 32, 32)
+    assert get_entry("transformer").input_shape(2, 16) == (2, 16, 256)
+    assert get_entry("vgg11").output_shape(3, 64) == (3, 1000)
+    assert get_entry("transformer").output_shape(3, 16) == (3, 16, 256)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checker_shapes_and_reference_run(name: str) -> None:
+    """Valid ONNX with static shapes that agree with ONNX's own shape inference,
+    and a reference run that is finite, O(1) and actually depends on the input."""
+    entry = get_entry(name)
+    model, x = _small(name)
+    onnx.checker.check_model(model, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+    assert model.opset_import[0].domain == "" and model.opset_import[0].version == 17
+    assert [i.name for i in model.graph.input] == ["input"]
+    assert [o.name for o in model.graph.output] == ["output"]
+    assert _shape(model.graph.input[0]) == entry.input_shape(BATCH, SMALL[name])
+    expected_out = entry.output_shape(BATCH, SMALL[name])
+    assert _shape(inferred.graph.output[0]) == expected_out
+    for vi in inferred.graph.value_info:  # every intermediate shape is static
+        assert all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim), vi.name
+    assert name in model.doc_string
+    assert {p.key: p.value for p in model.metadata_props}["autotune.zoo.name"] == name
+
+    (out,) = ReferenceEvaluator(model).run(None, {"input": x})
+    assert out.shape == expected_out and out.dtype == np.float32
+    assert np.isfinite(out).all()
+    assert 0.1 < float(out.std()) < 100.0, "activations vanished or exploded"
+    assert not np.allclose(out[0], out[1]), "output ignores the input"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_size_matches_reference_architecture(name: str) -> None:
+    """Parameter counts pin the architecture (channel widths, block counts,
+    classifier in_features at 224) to torchvision's."""
+    model = build_model(name)
+    entry = get_entry(name)
+    assert _shape(model.graph.input[0]) == entry.input_shape(1, entry.default_size)
+    n_params = sum(
+        int(np.prod(t.dims)) for t in model.graph.initializer
+        if t.name.endswith((".weight", ".bias"))
+    )
+    assert n_params == EXPECTED_PARAMS[name]
+
+
+def test_operator_choices() -> None:
+    """The ops tuning relies on are present in the torch-exported form."""
+    mb = build_model("mobilenetv2", size=32)
+    inits = {t.name: t for t in mb.graph.initializer}
+    depthwise = [
+        n for n in mb.graph.node if n.op_type == "Conv"
+        and onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "group")) > 1
+    ]
+    assert len(depthwise) == 17
+    for n in depthwise:  # depthwise: group == channels, weight [C, 1, 3, 3]
+        w = inits[n.input[1]]
+        group = onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "group"))
+        assert list(w.dims) == [group, 1, 3, 3]
+    clips = [n for n in mb.graph.node if n.op_type == "Clip"]
+    assert clips and all(len(n.input) == 3 and not n.attribute for n in clips)
+
+    r18_ops = [n.op_type for n in build_model("resnet18", size=32).graph.node]
+    assert r18_ops.count("BatchNormalization") == 20 and r18_ops.count("Add") == 8
+    vgg_ops = [n.op_type for n in build_model("vgg11", size=32).graph.node]
+    assert "BatchNormalization" not in vgg_ops and vgg_ops.count("Conv") == 8
+
+    tr_ops = {n.op_type for n in build_model("transformer", size=16).graph.node}
+    assert {"MatMul", "Transpose", "Softmax", "LayerNormalization", "Erf"} <= tr_ops
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tvm_import_build_and_match_reference(name: str) -> None:
+    """Import through Relax's ONNX frontend, legalize, build for llvm and compare
+    with the ONNX reference evaluator (the frontend only *warns* on invalid
+    models, so the checker test above is what guards validity)."""
+    tvm = pytest.importorskip("tvm")
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model, x = _small(name)
+    mod = from_onnx(model, shape_dict={"input": list(x.shape)}, keep_params_in_input=False)
+    mod = relax.transform.LegalizeOps()(mod)
+    ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x)).numpy()
+
+    (ref,) = ReferenceEvaluator(model).run(None, {"input": x})
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "transformer"])
+def test_deterministic(name: str) -> None:
+    a = build_model(name, batch_size=2, size=SMALL[name], seed=7).SerializeToString()
+    b = build_model(name, batch_size=2, size=SMALL[name], seed=7).SerializeToString()
+    c = build_model(name, batch_size=2, size=SMALL[name], seed=8)
+    assert a == b
+    assert c.SerializeToString() != a
+    # A different seed changes weights only, never the architecture.
+    first = onnx.load_from_string(a)
+    assert [n.op_type for n in first.graph.node] == [n.op_type for n in c.graph.node]
+
+
+def test_unknown_name() -> None:
+    with pytest.raises(AutotuneError) as info:
+        build_model("resnet19")
+    msg = str(info.value)
+    assert msg.startswith("unknown zoo model 'resnet19'; available: ")
+    assert all(n in msg for n in NAMES) and "\n" not in msg
+    with pytest.raises(AutotuneError, match="unknown zoo model"):
+        get_entry("nope")
+
+
+@pytest.mark.parametrize(
+    ("name", "size"), [("alexnet", 62), ("vgg11", 31), ("resnet18", 16), ("mobilenetv2", 8),
+                       ("transformer", 0)],
+)
+def test_too_small_size_rejected(name: str, size: int) -> None:
+    with pytest.raises(AutotuneError) as info:
+        build_model(name, size=size)
+    msg = str(info.value)
+    assert "\n" not in msg and str(get_entry(name).min_size) in msg and name in msg
+
+
+def test_min_sizes_build() -> None:
+    """The boundary itself is accepted (AlexNet's 63 is the tightest)."""
+    assert _shape(build_model("alexnet", size=63).graph.output[0]) == (1, 1000)
+    assert _shape(build_model("vgg11", size=32).graph.output[0]) == (1, 1000)
+    assert _shape(build_model("transformer", size=1).graph.output[0]) == (1, 1, 256)
+
+
+def test_alexnet_min_size_is_tight() -> None:
+    """Bypassing the entry's min_size check, 62 really does empty a feature map."""
+    g = GraphBuilder(0)
+    x = g.input("input", (1, 3, 62, 62))
+    with pytest.raises(AutotuneError, match="empty tensor"):
+        alexnet(g, x, "output")
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"batch_size": 0}, {"size": 32.0}, {"size": True}, {"seed": -1}],
+)
+def test_bad_arguments_rejected(kwargs: dict[str, object]) -> None:
+    with pytest.raises(AutotuneError):
+        build_model("resnet18", **kwargs)  # type: ignore[arg-type]
+
+
+def test_oversized_model_rejected_before_allocating() -> None:
+    """VGG's fc1 grows with the image; at 1024 it would need ~8 GiB, past ONNX's 2 GiB."""
+    with pytest.raises(AutotuneError, match="2 GiB"):
+        build_model("vgg11", size=1024)
+
+
+def test_export_model_writes_loadable_file(tmp_path: Path) -> None:
+    target = tmp_path / "nested" / "dir" / "t.onnx"
+    result = export_model("transformer", str(target), batch_size=2, size=8, seed=3)
+    assert result == target and target.is_file()
+    loaded = onnx.load(target)
+    onnx.checker.check_model(loaded)
+    expected = build_model("transformer", batch_size=2, size=8, seed=3)
+    assert loaded.SerializeToString() == expected.SerializeToString()
+    assert os.listdir(target.parent) == ["t.onnx"]  # no temp file left behind
+
+
+def test_export_model_failure_leaves_nothing_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "m.onnx"
+    target.write_bytes(b"previous")
+
+    def broken_save(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+        Path(path).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(zoo.onnx, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        export_model("transformer", target, size=4)
+    assert target.read_bytes() == b"previous"
+    assert os.listdir(tmp_path) == ["m.onnx"]
+
+
+def test_export_unknown_model_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(AutotuneError):
+        export_model("nope", tmp_path / "sub" / "x.onnx")
+    assert not (tmp_path / "sub").exists()
