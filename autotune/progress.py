@@ -1,0 +1,227 @@
+"""Progress reporting for a tuning run, decoupled from the pipeline so the CLI can pick the output.
+
+Three modes share one interface: ``rich`` (live bars on stderr for people), ``quiet`` (nothing), and
+``json`` (one JSON object per line per event on stdout, for scripts and CI). rich is imported only
+when a rich reporter is made, keeping ``autotune --help`` fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import IO, Any, Literal, Mapping
+
+Mode = Literal["rich", "quiet", "json"]
+
+
+def _clean(value: Any) -> Any:
+    """Make a value strict-JSON: NaN/inf become null (json.dumps would emit invalid tokens)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+def _fmt_latency(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        return "-"
+    if seconds >= 1.0:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+class Reporter:
+    """The interface the pipeline calls; this base class is the quiet reporter (every event ignored)."""
+
+    mode: Mode = "quiet"
+
+    def start_model(self, model: str, layers: list[tuple[str, int]]) -> None:
+        """A model run begins; `layers` lists (layer name, trial budget) in tuning order."""
+
+    def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
+        """Tuning of one layer begins with this budget, tuner choice and history match score."""
+
+    def trial(self, name: str, done: int, best_latency: float | None) -> None:
+        """`done` trials of layer `name` are finished; `best_latency` is the best so far (seconds)."""
+
+    def end_layer(self, name: str, summary: Mapping[str, Any]) -> None:
+        """Layer finished; `summary` is its report row (best_latency, speedup, trials, ...)."""
+
+    def message(self, text: str) -> None:
+        """A free-form note for the user (e.g. 'history hit, reusing schedule')."""
+
+    def close(self) -> None:
+        """Stop any live display; safe to call twice."""
+
+    def __enter__(self) -> "Reporter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+QuietReporter = Reporter
+
+
+class JsonReporter(Reporter):
+    """One JSON object per line per event, flushed at once so a consumer sees events live."""
+
+    mode: Mode = "json"
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream
+        self._t0 = time.monotonic()
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        stream = self._stream or sys.stdout
+        record = {"event": event, "elapsed_s": round(time.monotonic() - self._t0, 3), **fields}
+        stream.write(json.dumps(_clean(record), allow_nan=False) + "\n")
+        stream.flush()
+
+    def start_model(self, model: str, layers: list[tuple[str, int]]) -> None:
+        self._emit("start_model", model=model, layers=[{"name": n, "trials": t} for n, t in layers])
+
+    def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
+        self._emit("start_layer", layer=name, trials=trials, tuner=tuner, match_score=match_score)
+
+    def trial(self, name: str, done: int, best_latency: float | None) -> None:
+        self._emit("trial", layer=name, done=done, best_latency=best_latency)
+
+    def end_layer(self, name: str, summary: Mapping[str, Any]) -> None:
+        self._emit("end_layer", layer=name, summary=dict(summary))
+
+    def message(self, text: str) -> None:
+        self._emit("message", text=text)
+
+    def close(self) -> None:
+        pass
+
+
+class RichReporter(Reporter):
+    """An overall bar plus one bar for the layer being tuned (trials done, best so far, ETA) on stderr.
+
+    Finished layers are printed as one line each above the bars, so the scrollback keeps a record.
+    """
+
+    mode: Mode = "rich"
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = Console(file=stream if stream is not None else sys.stderr)
+        self._progress = Progress(
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[best]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._overall: Any = None
+        self._layer_tasks: dict[str, Any] = {}
+        self._budgets: dict[str, int] = {}
+        self._done: dict[str, int] = {}
+        self._finished: set[str] = set()
+        self._started = False
+        self._closed = False
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self._progress.start()
+            self._started = True
+
+    def _overall_completed(self) -> int:
+        """Trials done so far; a finished layer counts its full budget (early stop shrinks nothing)."""
+        names = set(self._budgets) | set(self._done)
+        return sum(
+            self._budgets.get(n, self._done.get(n, 0)) if n in self._finished else self._done.get(n, 0)
+            for n in names
+        )
+
+    def start_model(self, model: str, layers: list[tuple[str, int]]) -> None:
+        self._ensure_started()
+        self._budgets = {name: int(trials) for name, trials in layers}
+        total = sum(self._budgets.values())
+        self._overall = self._progress.add_task(
+            f"{model} ({len(layers)} layers)", total=total or None, best=""
+        )
+
+    def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
+        self._ensure_started()
+        self._budgets.setdefault(name, int(trials))
+        self._done.setdefault(name, 0)
+        score = "" if match_score is None else f" match {match_score:.2f}"
+        self._layer_tasks[name] = self._progress.add_task(
+            f"  {name} [{tuner}{score}]", total=max(int(trials), 1), best="best -"
+        )
+
+    def trial(self, name: str, done: int, best_latency: float | None) -> None:
+        task = self._layer_tasks.get(name)
+        self._done[name] = int(done)
+        if task is not None:
+            self._progress.update(task, completed=done, best=f"best {_fmt_latency(best_latency)}")
+        if self._overall is not None:
+            self._progress.update(self._overall, completed=self._overall_completed())
+
+    def end_layer(self, name: str, summary: Mapping[str, Any]) -> None:
+        self._finished.add(name)
+        task = self._layer_tasks.pop(name, None)
+        if task is not None:
+            self._progress.remove_task(task)
+        if self._overall is not None:
+            self._progress.update(self._overall, completed=self._overall_completed())
+        from rich.markup import escape
+
+        parts = [name]
+        if summary.get("tuner"):
+            parts.append(str(summary["tuner"]))
+        if summary.get("trials") is not None:
+            parts.append(f"{summary['trials']} trials")
+        best = summary.get("best_latency")
+        if best is not None:
+            parts.append(f"best {_fmt_latency(best)}")
+        speedup = summary.get("speedup")
+        if isinstance(speedup, (int, float)) and math.isfinite(speedup):
+            parts.append(f"{speedup:.2f}x vs default")
+        self.console.print("[green]done[/green] " + escape("  ".join(parts)))
+
+    def message(self, text: str) -> None:
+        from rich.markup import escape
+
+        self.console.print(escape(text))
+
+    def close(self) -> None:
+        if self._started and not self._closed:
+            self._progress.stop()
+        self._closed = True
+
+
+def make_reporter(mode: Mode = "rich", stream: IO[str] | None = None) -> Reporter:
+    """Reporter for the CLI's output mode; `stream` overrides stderr (rich) or stdout (json)."""
+    if mode == "quiet":
+        return QuietReporter()
+    if mode == "json":
+        return JsonReporter(stream)
+    if mode == "rich":
+        return RichReporter(stream)
+    raise ValueError(f"unknown progress mode {mode!r}; expected rich, quiet or json")

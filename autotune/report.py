@@ -1,0 +1,392 @@
+"""Turn a tuning report (a plain JSON-able dict) into tables, CSV/JSON files and a convergence plot.
+
+The report dict is the one contract between the pipeline, MLflow and ``autotune report``; everything
+here derives from it so a report downloaded from MLflow renders exactly like a fresh one. rich and
+matplotlib are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from autotune.errors import AutotuneError
+from autotune.roofline import Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
+
+REPORT_JSON = "report.json"
+REPORT_CSV = "report.csv"
+CONVERGENCE_PNG = "convergence.png"
+LAYERS_TXT = "layers.txt"
+
+#: Column order of summary_rows / the CSV.
+COLUMNS = [
+    "name",
+    "op_class",
+    "occurrences",
+    "match_score",
+    "dispatch",
+    "tuner",
+    "trials",
+    "best_latency_ms",
+    "default_latency_ms",
+    "speedup",
+    "share",
+    "gflops",
+    "roofline_fraction",
+]
+
+
+def _num(value: Any) -> float | None:
+    """A finite float or None; reports may carry null, NaN or inf for failed measurements."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _clean(value: Any) -> Any:
+    """Strict-JSON copy of a report: NaN/inf -> null, tuples -> lists, Paths -> str."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if hasattr(value, "item"):  # numpy scalars
+        return _clean(value.item())
+    return str(value)
+
+
+def report_peaks(report: Mapping[str, Any]) -> Peaks | None:
+    """Roofline peaks for the report's device without measuring anything.
+
+    Prefer the ``"roofline"`` entry the pipeline stored (measured on the tuning machine); else the
+    GPU table by device name; else a cached CPU measurement for that device name.
+    """
+    stored = report.get("roofline")
+    if isinstance(stored, Mapping):
+        try:
+            return Peaks.from_dict(stored)
+        except (KeyError, TypeError, ValueError):
+            pass
+    target = report.get("target") or {}
+    if isinstance(target, Mapping):
+        try:
+            return peaks_for_target(target, measure=False)
+        except Exception:  # a corrupt cache must not break a report
+            return lookup_gpu(str(target.get("device_name") or ""))
+    return None
+
+
+def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[dict[str, Any]]:
+    """One row per layer with derived numbers (ms, speedup, share, GFLOP/s, roofline fraction).
+
+    Missing derived fields are computed from the raw ones, so a partial report still summarizes.
+    """
+    layers: Sequence[Mapping[str, Any]] = report.get("layers") or []
+    if peaks is None:
+        peaks = report_peaks(report)
+    weighted = [
+        (_num(l.get("best_latency")) or 0.0) * (int(l.get("occurrences") or 1)) for l in layers
+    ]
+    total = sum(weighted)
+    rows = []
+    for layer, weight in zip(layers, weighted):
+        best = _num(layer.get("best_latency"))
+        default = _num(layer.get("default_latency"))
+        flops = _num(layer.get("flops"))
+        nbytes = _num(layer.get("bytes"))
+        speedup = _num(layer.get("speedup"))
+        if speedup is None and best and default:
+            speedup = default / best
+        share = _num(layer.get("share"))
+        if share is None and total > 0 and best is not None:
+            share = weight / total
+        achieved = achieved_flops(flops, best)
+        fraction = None
+        if peaks is not None and achieved is not None and best:
+            fraction = roofline_fraction(flops or 0.0, nbytes or 0.0, best, peaks.peak_flops, peaks.peak_bw)
+        rows.append(
+            {
+                "name": layer.get("name"),
+                "op_class": layer.get("op_class"),
+                "occurrences": layer.get("occurrences", 1),
+                "match_score": _num(layer.get("match_score")),
+                "dispatch": layer.get("dispatch"),
+                "tuner": layer.get("tuner"),
+                "trials": layer.get("trials"),
+                "best_latency_ms": None if best is None else best * 1e3,
+                "default_latency_ms": None if default is None else default * 1e3,
+                "speedup": speedup,
+                "share": share,
+                "gflops": None if achieved is None else achieved / 1e9,
+                "roofline_fraction": fraction,
+            }
+        )
+    return rows
+
+
+def _fmt(value: Any, spec: str, suffix: str = "") -> str:
+    num = _num(value)
+    return "-" if num is None else format(num, spec) + suffix
+
+
+def _fmt_model_latency(seconds: Any) -> str:
+    num = _num(seconds)
+    return "-" if num is None else f"{num * 1e3:.3f} ms"
+
+
+def format_table(report: Mapping[str, Any], width: int = 160) -> str:
+    """The per-layer table as plain text (no ANSI codes), for terminals, logs and artifacts alike."""
+    from rich.console import Console
+    from rich.table import Table
+
+    target = report.get("target") or {}
+    target_text = " ".join(
+        str(target.get(k)) for k in ("kind", "device_name") if isinstance(target, Mapping) and target.get(k)
+    )
+    before = _num(report.get("model_latency_before"))
+    after = _num(report.get("model_latency_after"))
+    title = f"{report.get('model', '?')} on {target_text or '?'}"
+    caption = f"model latency: {_fmt_model_latency(before)} -> {_fmt_model_latency(after)}"
+    if before and after:
+        caption += f"  ({before / after:.2f}x)"
+    if report.get("run_id"):
+        caption += f"  run {report['run_id']}"
+
+    table = Table(title=title, caption=caption, show_lines=False)
+    headers = [
+        ("layer", "left"),
+        ("op", "left"),
+        ("match", "right"),
+        ("tuner", "left"),
+        ("trials", "right"),
+        ("best ms", "right"),
+        ("speedup", "right"),
+        ("share", "right"),
+        ("GFLOP/s", "right"),
+        ("roofline", "right"),
+    ]
+    for header, justify in headers:
+        table.add_column(header, justify=justify, overflow="fold")
+    for row in summary_rows(report):
+        table.add_row(
+            str(row["name"]),
+            str(row["op_class"] or "-"),
+            _fmt(row["match_score"], ".2f"),
+            str(row["tuner"] or "-") + (f" ({row['dispatch']})" if row.get("dispatch") else ""),
+            "-" if row["trials"] is None else str(row["trials"]),
+            _fmt(row["best_latency_ms"], ".4f"),
+            _fmt(row["speedup"], ".2f", "x"),
+            _fmt(None if row["share"] is None else row["share"] * 100, ".1f", "%"),
+            _fmt(row["gflops"], ".1f"),
+            _fmt(None if row["roofline_fraction"] is None else row["roofline_fraction"] * 100, ".1f", "%"),
+        )
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
+    console.print(table)
+    return buf.getvalue()
+
+
+def write_csv(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """summary_rows as CSV (empty cells for unknown values), for spreadsheets and pandas."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in summary_rows(report):
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return path
+
+
+def write_json(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """The full report as strict JSON (NaN/inf written as null so any JSON reader accepts it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def _points(curve: Iterable[Any]) -> tuple[list[float], list[float]]:
+    """(trial, best latency ms) pairs of a curve, dropping failed (null/inf/non-positive) points."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for point in curve or []:
+        try:
+            trial, latency = point[0], point[1]
+        except (TypeError, IndexError, KeyError):
+            continue
+        t, lat = _num(trial), _num(latency)
+        if t is None or lat is None or lat <= 0:
+            continue
+        xs.append(t)
+        ys.append(lat * 1e3)
+    return xs, ys
+
+
+def _band(curves: Sequence[Any]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Median, min and max across repeated curves, each carried forward to every trial number."""
+    series = []
+    for curve in curves:
+        xs, ys = _points(curve)
+        if xs:
+            series.append(dict(zip((int(x) for x in xs), ys)))
+    if not series:
+        return [], [], [], []
+    start = min(min(s) for s in series)
+    stop = max(max(s) for s in series)
+    grid, med, lo, hi = [], [], [], []
+    last: list[float | None] = [None] * len(series)
+    for trial in range(start, stop + 1):
+        for i, s in enumerate(series):
+            if trial in s:
+                last[i] = s[trial] if last[i] is None else min(last[i], s[trial])
+        values = sorted(v for v in last if v is not None)
+        if not values:
+            continue
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        grid.append(trial)
+        med.append(median)
+        lo.append(values[0])
+        hi.append(values[-1])
+    return grid, med, lo, hi
+
+
+def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """PNG of best latency vs trials: one step curve per layer, and for benchmark reports with a
+    ``"tuners"`` dict (tuner -> list of curves, e.g. one per seed) one median curve per tuner with
+    its min-max band. Uses the Agg canvas directly so no display or pyplot state is involved.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    layer_curves = [
+        (str(l.get("name")), _points(l.get("curve") or [])) for l in report.get("layers") or []
+    ]
+    layer_curves = [(name, pts) for name, pts in layer_curves if pts[0]]
+    tuners = report.get("tuners") if isinstance(report.get("tuners"), Mapping) else {}
+    panels = (1 if layer_curves or not tuners else 0) + (1 if tuners else 0)
+
+    fig = Figure(figsize=(9, 4.5 * panels), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
+    index = 0
+    if layer_curves or not tuners:
+        ax = axes[index]
+        index += 1
+        for name, (xs, ys) in layer_curves:
+            ax.step(xs, ys, where="post", label=name, linewidth=1.2)
+        ax.set_title(f"{report.get('model', '')}: best latency per layer")
+        _decorate(ax, bool(layer_curves), len(layer_curves))
+    if tuners:
+        ax = axes[index]
+        for tuner, curves in tuners.items():
+            grid, med, lo, hi = _band(curves if isinstance(curves, Sequence) else [])
+            if not grid:
+                continue
+            (line,) = ax.step(grid, med, where="post", label=f"{tuner} (n={len(curves)})", linewidth=1.5)
+            if len(curves) > 1:
+                ax.fill_between(grid, lo, hi, step="post", alpha=0.2, color=line.get_color())
+        ax.set_title(f"{report.get('model', '')}: tuner comparison (median, min-max)")
+        _decorate(ax, True, len(tuners))
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _decorate(ax: Any, has_data: bool, n_series: int) -> None:
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best latency (ms)")
+    if not has_data:
+        ax.text(0.5, 0.5, "no measured trials", ha="center", va="center", transform=ax.transAxes)
+        return
+    ax.set_yscale("log")  # layers differ by orders of magnitude
+    ax.grid(True, which="both", alpha=0.3)
+    if n_series:
+        ax.legend(fontsize="x-small" if n_series > 8 else "small", ncol=2 if n_series > 12 else 1, loc="upper right")
+
+
+def write_artifacts(report: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """report.json, report.csv, convergence.png and layers.txt in `out_dir`; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [
+        write_json(report, out / REPORT_JSON),
+        write_csv(report, out / REPORT_CSV),
+        plot_convergence(report, out / CONVERGENCE_PNG),
+    ]
+    txt = out / LAYERS_TXT
+    txt.write_text(format_table(report), encoding="utf-8")
+    paths.append(txt)
+    return paths
+
+
+def _read_report_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AutotuneError(f"cannot read report {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise AutotuneError(f"{path} is not a report (expected a JSON object)")
+    return data
+
+
+def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None) -> dict[str, Any]:
+    """Load a report from a directory (or file) holding report.json, or from an MLflow run id.
+
+    For a run id, the ``report.json`` artifact is downloaded through MlflowClient from the store that
+    ``Tracker.create`` would use (argument, then MLFLOW_TRACKING_URI, then the local default).
+    """
+    path = Path(run_id_or_dir).expanduser()
+    if path.is_dir():
+        candidate = path / REPORT_JSON
+        if not candidate.is_file():
+            raise AutotuneError(f"no {REPORT_JSON} in directory {path}")
+        return _read_report_file(candidate)
+    if path.is_file():
+        return _read_report_file(path)
+
+    run_id = str(run_id_or_dir).strip()
+    from autotune.tracking import _fast_fail_http, _one_line, _quiet_mlflow, env_defaults, open_client
+
+    client, uri = open_client(tracking_uri)
+    quiet = env_defaults(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
+    try:
+        with _quiet_mlflow(), _fast_fail_http(uri), quiet:
+            from mlflow.exceptions import MlflowException
+
+            try:
+                client.get_run(run_id)
+            except MlflowException as exc:
+                if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                    raise
+                raise AutotuneError(
+                    f"{run_id!r} is neither a directory with {REPORT_JSON} nor a run in tracking store {uri}"
+                ) from None
+            with tempfile.TemporaryDirectory(prefix="autotune-report-") as tmp:
+                try:
+                    local = client.download_artifacts(run_id, REPORT_JSON, tmp)
+                except Exception as exc:  # a missing artifact surfaces as various mlflow/OS errors
+                    raise AutotuneError(
+                        f"run {run_id} has no {REPORT_JSON} artifact ({type(exc).__name__})"
+                    ) from None
+                return _read_report_file(Path(local))
+    except AutotuneError:
+        raise
+    except Exception as exc:
+        raise AutotuneError(f"cannot load run {run_id} from {uri}: {_one_line(exc)}") from None

@@ -1,0 +1,240 @@
+"""Roofline peaks per device, so a report can say how close each tuned layer is to the hardware limit.
+
+GPU peaks come from a table of published specs (fp32 non-tensor-core FLOP/s and DRAM bandwidth),
+matched by device name. CPUs vary too much for a table, so their peaks are measured once (a numpy
+matmul and a large array copy, about a second) and cached as JSON under ``~/.autotune/roofline.json``
+keyed by device name. Only stdlib is imported at module level; numpy is imported when measuring.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+CACHE_FILE = "roofline.json"
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Peak compute (FLOP/s) and memory bandwidth (bytes/s) of one device; `source` says where from."""
+
+    peak_flops: float
+    peak_bw: float
+    source: str = "table"
+    device_name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, as stored in a report's ``"roofline"`` entry."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Peaks":
+        return cls(
+            peak_flops=float(data["peak_flops"]),
+            peak_bw=float(data["peak_bw"]),
+            source=str(data.get("source", "table")),
+            device_name=str(data.get("device_name", "")),
+        )
+
+
+# (pattern over the normalized name, label, peak fp32 FLOP/s, bandwidth bytes/s).
+# Order matters: the first match wins, so specific variants come before the family default.
+# Names are normalized to lower case with '-', '_' turned into spaces ("NVIDIA A100-SXM4-80GB"
+# -> "nvidia a100 sxm4 80gb"), and patterns use word boundaries so "a10" does not match "a100".
+_GPU_TABLE: list[tuple[str, str, float, float]] = [
+    (r"\bh100\b.*\bpcie\b", "H100 PCIe", 51.2e12, 2.0e12),
+    (r"\bh100\b.*\bnvl\b", "H100 NVL", 60.0e12, 3.9e12),
+    (r"\bh100\b", "H100 SXM", 67.0e12, 3.35e12),
+    (r"\bgh200\b", "GH200", 67.0e12, 4.0e12),
+    (r"\bh200\b", "H200", 67.0e12, 4.8e12),
+    (r"\ba100\b.*\bpcie\b.*\b80\s*gb\b|\ba100\b.*\b80\s*gb\b.*\bpcie\b", "A100 80GB PCIe", 19.5e12, 1.935e12),
+    (r"\ba100\b.*\b80\s*gb\b", "A100 80GB SXM", 19.5e12, 2.039e12),
+    (r"\ba100\b", "A100 40GB", 19.5e12, 1.555e12),
+    (r"\ba10g?\b", "A10", 31.2e12, 600e9),
+    (r"\ba30\b", "A30", 10.3e12, 933e9),
+    (r"\ba40\b", "A40", 37.4e12, 696e9),
+    (r"\bl40s\b", "L40S", 91.6e12, 864e9),
+    (r"\bl40\b", "L40", 90.5e12, 864e9),
+    (r"\bl4\b", "L4", 30.3e12, 300e9),
+    (r"\bv100s\b", "V100S", 16.4e12, 1134e9),
+    (r"\bv100\b.*\bpcie\b", "V100 PCIe", 14.0e12, 900e9),
+    (r"\bv100\b", "V100 SXM2", 15.7e12, 900e9),
+    (r"\bp100\b.*\bpcie\b", "P100 PCIe", 9.3e12, 732e9),
+    (r"\bp100\b", "P100 SXM2", 10.6e12, 732e9),
+    (r"\bt4\b", "T4", 8.1e12, 320e9),
+    (r"\brtx\s*a6000\b", "RTX A6000", 38.7e12, 768e9),
+    (r"\b4090\b", "RTX 4090", 82.6e12, 1008e9),
+    (r"\b4080\b", "RTX 4080", 48.7e12, 716.8e9),
+    (r"\b3090\s*ti\b", "RTX 3090 Ti", 40.0e12, 1008e9),
+    (r"\b3090\b", "RTX 3090", 35.6e12, 936e9),
+    (r"\b3080\b", "RTX 3080", 29.8e12, 760e9),
+    (r"\btitan\s*v\b", "Titan V", 14.9e12, 652.8e9),
+    (r"\b1080\s*ti\b", "GTX 1080 Ti", 11.3e12, 484e9),
+]
+
+_GPU_KINDS = {"cuda", "nvidia", "gpu", "rocm", "vulkan", "opencl", "metal"}
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_/]+", " ", name.lower()).strip()
+
+
+def lookup_gpu(device_name: str | None) -> Peaks | None:
+    """Published peaks for a known GPU name (substring match), or None when the name is not in the table."""
+    if not device_name:
+        return None
+    norm = _normalize(device_name)
+    for pattern, label, flops, bw in _GPU_TABLE:
+        if re.search(pattern, norm):
+            return Peaks(flops, bw, source=f"table:{label}", device_name=device_name)
+    return None
+
+
+def autotune_home() -> Path:
+    """Per-user state directory; ``AUTOTUNE_HOME`` overrides ``~/.autotune`` (tests point it at tmp)."""
+    return Path(os.environ.get("AUTOTUNE_HOME") or "~/.autotune").expanduser()
+
+
+def default_cache_path() -> Path:
+    return autotune_home() / CACHE_FILE
+
+
+def local_cpu_name() -> str:
+    """The CPU model name of this machine, used as the cache key for measured CPU peaks."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def measure_cpu(device_name: str | None = None, seconds: float = 0.8) -> Peaks:
+    """Measure this CPU's attainable FLOP/s (fp32 matmul) and copy bandwidth in about `seconds`.
+
+    Best-of-several repetitions so a noisy first run (page faults, thread pool start) is not the
+    number kept. These are attainable, not datasheet, peaks: good enough to rank layers.
+    """
+    import numpy as np
+
+    half = max(seconds, 0.1) / 2
+    n = 1024
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).random((n, n), dtype=np.float32)
+    a @ b  # warm up BLAS threads
+    best = math.inf
+    deadline = time.perf_counter() + half
+    while True:
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() > deadline:
+            break
+    flops = 2.0 * n**3 / best
+
+    src = np.ones(32 * 1024 * 1024, dtype=np.float32)  # 128 MiB, larger than any LLC
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # fault in the pages
+    best = math.inf
+    deadline = time.perf_counter() + half
+    while True:
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() > deadline:
+            break
+    bw = 2.0 * src.nbytes / best  # one read and one write per element
+    return Peaks(flops, bw, source="measured", device_name=device_name or local_cpu_name())
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def cpu_peaks(
+    device_name: str | None = None,
+    cache_path: Path | None = None,
+    measure: bool = True,
+    refresh: bool = False,
+) -> Peaks | None:
+    """Cached CPU peaks for `device_name` (default: this CPU), measuring and caching on a miss.
+
+    With ``measure=False`` only the cache is consulted (used when reading a report on another
+    machine, where measuring the local CPU would give the wrong answer).
+    """
+    name = device_name or local_cpu_name()
+    path = cache_path or default_cache_path()
+    cache = _read_cache(path)
+    if not refresh and name in cache:
+        try:
+            entry = Peaks.from_dict(cache[name])
+            return Peaks(entry.peak_flops, entry.peak_bw, source="cache", device_name=name)
+        except (KeyError, TypeError, ValueError):
+            pass
+    if not measure:
+        return None
+    peaks = measure_cpu(name)
+    cache[name] = {**peaks.to_dict(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(cache, indent=2), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home only costs a re-measure next time
+    return peaks
+
+
+def peaks_for_target(
+    target: Mapping[str, Any] | None, measure: bool = True, cache_path: Path | None = None
+) -> Peaks | None:
+    """Peaks for a report's target dict (kind, device_name): GPU table, else CPU cache/measurement.
+
+    Returns None for an unknown GPU or, with ``measure=False``, an uncached CPU.
+    """
+    target = target or {}
+    kind = str(target.get("kind") or "").lower()
+    name = str(target.get("device_name") or "")
+    if kind in _GPU_KINDS:
+        return lookup_gpu(name)
+    if not kind and lookup_gpu(name):
+        return lookup_gpu(name)
+    return cpu_peaks(name or None, cache_path=cache_path, measure=measure)
+
+
+def achieved_flops(flops: float | None, latency: float | None) -> float | None:
+    """FLOP/s achieved by one run of `flops` operations in `latency` seconds; None if unknown."""
+    if not flops or not latency or latency <= 0 or not math.isfinite(latency):
+        return None
+    return float(flops) / float(latency)
+
+
+def roofline_fraction(
+    flops: float, bytes: float, latency: float, peak_flops: float, peak_bw: float
+) -> float:
+    """achieved FLOP/s / min(peak_flops, arithmetic_intensity * peak_bw).
+
+    The attainable ceiling is the lower of compute and memory roofs at this layer's arithmetic
+    intensity (flops / bytes). Not clamped: a value above 1 means the byte count or the peaks are
+    underestimates. Returns 0.0 when latency or flops are not positive; bytes <= 0 means compute-bound.
+    """
+    if latency <= 0 or flops <= 0 or peak_flops <= 0 or not math.isfinite(latency):
+        return 0.0
+    achieved = flops / latency
+    ceiling = peak_flops
+    if bytes > 0 and peak_bw > 0:
+        ceiling = min(peak_flops, (flops / bytes) * peak_bw)
+    return achieved / ceiling

@@ -1,0 +1,149 @@
+"""Which hardware we compile for, and how history names it.
+
+``auto`` picks CUDA when a GPU answers and LLVM for the host CPU otherwise. A CUDA
+target can also be asked for on a machine with no GPU (``cuda`` or ``cuda:sm_80``):
+code is generated and compiled with nvcc; only measuring needs the device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from autotune.errors import AutotuneError
+
+#: Used for a CUDA target requested on a machine without a GPU.
+DEFAULT_CUDA_ARCH = "sm_90"
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A TVM target plus the identity history files it under."""
+
+    kind: str  # "cuda" or "llvm"
+    config: dict[str, Any]  # the TVM target as a JSON dict
+    arch: str
+    device_name: str
+    has_device: bool  # can we run kernels for it here?
+
+    @property
+    def tvm_target(self):
+        import tvm
+
+        return tvm.target.Target(self.config)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.arch}:{self.device_name}"
+
+    def history_info(self):
+        from history import TargetInfo
+        import tvm
+
+        driver = runtime = ""
+        if self.kind == "cuda" and self.has_device:
+            dev = tvm.cuda(0)
+            runtime = str(dev.compute_version)
+            driver = str(getattr(dev, "driver_version", "") or "")
+        return TargetInfo(
+            kind=self.kind,
+            arch=self.arch,
+            device_name=self.device_name,
+            driver_version=driver,
+            runtime_version=runtime,
+            tvm_version=tvm.__version__,
+        )
+
+    def device(self):
+        import tvm
+
+        return tvm.cuda(0) if self.kind == "cuda" else tvm.cpu(0)
+
+
+def gpu_present() -> bool:
+    import tvm
+
+    try:
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # no driver library at all
+        return False
+
+
+def resolve_target(name: str | None = "auto") -> TargetSpec:
+    """``auto`` | ``llvm`` | ``cuda`` | ``cuda:sm_80`` | a JSON target dict."""
+    name = (name or "auto").strip()
+    if name == "auto":
+        return _cuda(None) if gpu_present() else _llvm()
+    if name == "llvm":
+        return _llvm()
+    if name == "cuda" or name.startswith("cuda:"):
+        return _cuda(name.partition(":")[2] or None)
+    if name.startswith("{"):
+        try:
+            config = json.loads(name)
+        except json.JSONDecodeError as err:
+            raise AutotuneError(f"--target is not valid JSON: {err}") from None
+        kind = config.get("kind")
+        if kind not in ("cuda", "llvm"):
+            raise AutotuneError(f"--target kind must be 'cuda' or 'llvm', not {kind!r}")
+        base = _cuda(config.get("arch")) if kind == "cuda" else _llvm()
+        merged = {**base.config, **config}
+        return TargetSpec(kind, merged, str(merged.get("arch", base.arch)), base.device_name, base.has_device)
+    raise AutotuneError(f"unknown target {name!r}: use auto, llvm, cuda, cuda:sm_XX or a JSON dict")
+
+
+@lru_cache(maxsize=1)
+def _llvm() -> TargetSpec:
+    from tvm.target import codegen
+
+    cpu = codegen.llvm_get_system_cpu() or platform.machine()
+    cores = _physical_cores()
+    config = {"kind": "llvm", "mcpu": cpu, "num-cores": cores}
+    return TargetSpec("llvm", config, cpu, _cpu_name(), True)
+
+
+def _cuda(arch: str | None) -> TargetSpec:
+    import tvm
+
+    present = gpu_present()
+    name = "unknown-gpu"
+    limits = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "thread_warp_size": 32}
+    if present:
+        dev = tvm.cuda(0)
+        major, minor = str(dev.compute_version).split(".")
+        arch = arch or f"sm_{major}{minor}"
+        name = str(dev.device_name).replace(" ", "-")
+        limits = {
+            "max_threads_per_block": int(dev.max_threads_per_block),
+            "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
+            "thread_warp_size": int(dev.warp_size),
+        }
+    arch = arch or DEFAULT_CUDA_ARCH
+    if not arch.startswith("sm_"):
+        raise AutotuneError(f"CUDA arch must look like sm_90, not {arch!r}")
+    config = {"kind": "cuda", "arch": arch, "max_num_threads": limits["max_threads_per_block"], "registers_per_block": 65536, **limits}
+    return TargetSpec("cuda", config, arch, name, present)
+
+
+def _physical_cores() -> int:
+    try:
+        import psutil
+
+        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    except ImportError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip().replace(" ", "-")
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

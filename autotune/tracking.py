@@ -1,0 +1,523 @@
+"""MLflow tracking of tuning runs: one parent run per model, one nested run per tuned layer.
+
+Why a wrapper instead of the fluent ``mlflow.*`` API: the pipeline must not depend on MLflow's global
+active-run state, a disabled tracker must cost nothing (mlflow is imported only by an enabled one),
+per-trial metrics are buffered and sent in batches (one sqlite transaction per trial would slow long
+tunes), and every store failure becomes a one-line ``AutotuneError`` instead of a traceback.
+
+Store: ``uri`` argument, then ``MLFLOW_TRACKING_URI``, then an embedded sqlite store under
+``~/.autotune/mlruns`` (MLflow 3.17 refuses the ``file:`` store unless MLFLOW_ALLOW_FILE_STORE=true).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import math
+import os
+import re
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping
+
+from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+Status = Literal["FINISHED", "FAILED", "KILLED"]
+
+DEFAULT_EXPERIMENT = "autotune"
+DB_NAME = "mlflow.db"
+PARENT_TAG = "mlflow.parentRunId"
+_PARAM_MAX = 6000  # MLflow's limit on a param value's length
+_FLUSH_EVERY = 200  # buffered metrics before a batch write
+_FLUSH_SECONDS = 5.0
+_BATCH_MAX = 1000  # MLflow's limit on metrics per log_batch
+
+
+def _home() -> Path:
+    return Path(os.environ.get("AUTOTUNE_HOME") or "~/.autotune").expanduser()
+
+
+def default_tracking_uri() -> str:
+    """The embedded store used when nothing is configured: sqlite needs no server and is supported."""
+    return f"sqlite:///{(_home() / 'mlruns' / DB_NAME).as_posix()}"
+
+
+def _has_scheme(uri: str) -> bool:
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri) is not None and not re.match(r"^[A-Za-z]:[\\/]", uri)
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    """Pick the store URI (argument, MLFLOW_TRACKING_URI, default) and turn plain paths into sqlite.
+
+    MLflow would treat a plain path as the deprecated file store and refuse it, so a path ending in
+    .db/.sqlite is used as the sqlite file and any other path as a directory holding mlflow.db.
+    """
+    chosen = (uri or os.environ.get("MLFLOW_TRACKING_URI") or "").strip() or default_tracking_uri()
+    if _has_scheme(chosen):
+        return chosen
+    path = Path(chosen).expanduser().resolve()
+    if path.suffix.lower() not in {".db", ".sqlite", ".sqlite3"}:
+        path = path / DB_NAME
+    return f"sqlite:///{path.as_posix()}"
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite URI (None for in-memory or other schemes)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    rest = uri[len("sqlite:///"):].split("?", 1)[0]
+    if not rest or rest == ":memory:":
+        return None
+    return Path("/" + rest.lstrip("/")) if uri.startswith("sqlite:////") else Path(rest)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+@contextlib.contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """Silence MLflow's table-creation INFO logs and SQLAlchemy deprecation warnings around store calls."""
+    for name in ("mlflow.store.db.utils", "mlflow.store.db", "alembic", "alembic.runtime.migration"):
+        logger = logging.getLogger(name)
+        if logger.level in (logging.NOTSET, logging.DEBUG, logging.INFO):
+            logger.setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
+@contextlib.contextmanager
+def env_defaults(**values: str) -> Iterator[None]:
+    """Set environment variables the user has not set, for the duration of the block only."""
+    added = [k for k in values if k not in os.environ]
+    for key in added:
+        os.environ[key] = values[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def _fast_fail_http(uri: str) -> contextlib.AbstractContextManager[None]:
+    """For the first request to a remote server, fail in seconds rather than MLflow's minutes of retries."""
+    if not uri.startswith(("http://", "https://")):
+        return contextlib.nullcontext()
+    return env_defaults(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+
+
+def open_client(uri: str | None = None) -> tuple["MlflowClient", str]:
+    """An MlflowClient on the resolved store, created if local; AutotuneError if it cannot be opened."""
+    resolved = resolve_tracking_uri(uri)
+    # A tuner should not phone home; users can still opt in by setting the variable to false.
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    db = _sqlite_path(resolved)
+    try:
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        with _quiet_mlflow():
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=resolved)
+    except Exception as exc:
+        raise AutotuneError(f"cannot open MLflow tracking store {resolved}: {_one_line(exc)}") from None
+    return client, resolved
+
+
+def _clean_value(value: Any) -> Any:
+    from autotune.report import _clean
+
+    return _clean(value)
+
+
+def report_params(report: Mapping[str, Any]) -> dict[str, str]:
+    """Run-level params from a (possibly partial) report: model, target, device, budget, history,
+    tuner and the versions of autotune/TVM. Usable at start() time with only those fields filled."""
+    params: dict[str, Any] = {}
+    if report.get("model") is not None:
+        params["model"] = report["model"]
+    target = report.get("target")
+    if isinstance(target, Mapping):
+        params["target"] = target.get("kind")
+        params["target_arch"] = target.get("arch")
+        params["device"] = target.get("device_name")
+    elif target is not None:
+        params["target"] = target
+    for key in ("budget", "history", "tuner"):
+        if report.get(key) is not None:
+            params[key] = report[key]
+    versions = report.get("versions")
+    if isinstance(versions, Mapping):
+        for name, version in versions.items():
+            params[f"{name}_version"] = version
+    return {k: str(v) for k, v in params.items() if v is not None}
+
+
+class Tracker:
+    """Tracking interface; this base class is the disabled tracker and does nothing at all.
+
+    Use ``Tracker.create(...)`` to get either this no-op or an MLflow-backed ``MlflowTracker``; both
+    are context managers that end the run (FAILED on an exception, KILLED on Ctrl-C).
+    """
+
+    enabled: bool = False
+    uri: str | None = None
+    experiment_id: str | None = None
+
+    @classmethod
+    def create(cls, enabled: bool, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> "Tracker":
+        """A live tracker on the resolved store, or a no-op when `enabled` is false (mlflow not imported)."""
+        if not enabled:
+            return Tracker()
+        return MlflowTracker(uri, experiment)
+
+    @property
+    def run_id(self) -> str | None:
+        """The parent run's id once started (None when disabled)."""
+        return None
+
+    @property
+    def current_run_id(self) -> str | None:
+        """Where log_* calls go: the open layer's nested run, else the parent run."""
+        return None
+
+    def start(self, run_name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> str | None:
+        """Open the parent run for a model; returns its run id."""
+        return None
+
+    @contextlib.contextmanager
+    def layer(self, name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> Iterator[str | None]:
+        """Open a nested run for one layer; log_* calls inside go to it. Yields the nested run id."""
+        yield None
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Params on the current run; a key already logged is kept (MLflow params are immutable)."""
+
+    def log_metric(self, key: str, value: float | None, step: int | None = None) -> None:
+        """One metric value on the current run (buffered; None/NaN values are skipped)."""
+
+    def log_trial(self, step: int, best_latency: float | None, flops: float | None = None) -> None:
+        """Per-trial metrics of the current layer: best_latency_ms and (with flops) gflops at `step`."""
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Tags on the current run (e.g. match_score and dispatch on a layer run)."""
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Copy a local file or directory into the current run's artifacts."""
+
+    def log_dict(self, data: Mapping[str, Any], filename: str) -> None:
+        """Store a dict as a JSON (or YAML, by extension) artifact of the current run."""
+
+    def flush(self) -> None:
+        """Send buffered metrics now."""
+
+    def end(self, status: Status = "FINISHED") -> None:
+        """Close any open layer run and the parent run with this status; safe to call twice."""
+
+    def __enter__(self) -> "Tracker":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
+            status: Status = "FINISHED"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            status = "KILLED"
+        else:
+            status = "FAILED"
+        try:
+            self.end(status)
+        except AutotuneError:
+            if exc_type is None:
+                raise  # otherwise keep the original error, which is the one the user needs to see
+
+
+class MlflowTracker(Tracker):
+    """Tracker writing to an MLflow store through MlflowClient (no global active-run state)."""
+
+    enabled = True
+
+    def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> None:
+        self._client, self.uri = open_client(uri)
+        self.experiment = experiment
+        self._lock = threading.RLock()
+        self._parent: str | None = None
+        self._stack: list[str] = []  # open nested runs, innermost last
+        self._params: dict[str, dict[str, str]] = {}
+        self._pending: list[tuple[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self.layer_runs: dict[str, str] = {}  # layer name -> nested run id
+        self.stepped_runs: set[str] = set()  # runs that received per-trial best_latency_ms
+        self._ended = False
+        with self._guard("open experiment " + repr(experiment)), _fast_fail_http(self.uri):
+            self.experiment_id = self._experiment_id(experiment)
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _guard(self, action: str) -> Iterator[None]:
+        try:
+            with _quiet_mlflow():
+                yield
+        except AutotuneError:
+            raise
+        except Exception as exc:
+            raise AutotuneError(f"MLflow tracking ({self.uri}) failed to {action}: {_one_line(exc)}") from None
+
+    def _experiment_id(self, name: str) -> str:
+        exp = self._client.get_experiment_by_name(name)
+        if exp is not None:
+            if exp.lifecycle_stage == "deleted":
+                self._client.restore_experiment(exp.experiment_id)
+            return exp.experiment_id
+        location = None
+        db = _sqlite_path(self.uri or "")
+        if db is not None:
+            # Without this MLflow puts artifacts in ./mlruns of whatever directory the user is in.
+            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "default"
+            location = (db.resolve().parent / "artifacts" / safe).as_uri()
+        try:
+            return self._client.create_experiment(name, artifact_location=location)
+        except Exception:
+            exp = self._client.get_experiment_by_name(name)  # lost a race with a concurrent tune
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    @property
+    def run_id(self) -> str | None:
+        return self._parent
+
+    @property
+    def current_run_id(self) -> str | None:
+        return self._stack[-1] if self._stack else self._parent
+
+    def _require_run(self) -> str:
+        run = self.current_run_id
+        if run is None:
+            raise AutotuneError("internal error: MLflow tracker used before start()")
+        return run
+
+    def _create_run(self, name: str, tags: Mapping[str, Any]) -> str:
+        base = {"mlflow.runName": name, "mlflow.source.name": "autotune", "mlflow.source.type": "LOCAL"}
+        with contextlib.suppress(Exception):
+            base["mlflow.user"] = getpass.getuser()
+        all_tags = {**base, **{k: str(v) for k, v in tags.items() if v is not None}}
+        run = self._client.create_run(self.experiment_id, run_name=name, tags=all_tags)
+        return run.info.run_id
+
+    # -- API ----------------------------------------------------------------------------------------
+    def start(self, run_name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> str:
+        if self._parent is not None:
+            raise AutotuneError("internal error: MLflow tracker started twice")
+        with self._guard("start a run"):
+            self._parent = self._create_run(run_name, tags or {})
+        if params:
+            self.log_params(params)
+        return self._parent
+
+    @contextlib.contextmanager
+    def layer(self, name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> Iterator[str]:
+        if self._parent is None:
+            raise AutotuneError("internal error: MLflow tracker layer() before start()")
+        self.flush()
+        with self._guard(f"start the run of layer {name}"):
+            run_id = self._create_run(name, {**(tags or {}), PARENT_TAG: self._parent, "autotune.layer": name})
+        self.layer_runs[name] = run_id
+        self._stack.append(run_id)
+        status: Status = "FINISHED"
+        try:
+            if params:
+                self.log_params(params)
+            yield run_id
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        except BaseException:
+            status = "FAILED"
+            raise
+        finally:
+            try:
+                self.flush()
+                with self._guard(f"end the run of layer {name}"):
+                    self._client.set_terminated(run_id, status)
+            finally:
+                self._stack.remove(run_id)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        run = self._require_run()
+        seen = self._params.setdefault(run, {})
+        fresh = {}
+        for key, value in params.items():
+            if value is None or key in seen:
+                continue
+            text = str(value)[:_PARAM_MAX]
+            fresh[str(key)] = text
+        if not fresh:
+            return
+        from mlflow.entities import Param
+
+        with self._guard("log params"):
+            self._client.log_batch(run, params=[Param(k, v) for k, v in fresh.items()])
+        seen.update(fresh)
+
+    def log_metric(self, key: str, value: float | None, step: int | None = None) -> None:
+        if value is None:
+            return
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return
+        if math.isnan(number):
+            return
+        from mlflow.entities import Metric
+
+        metric = Metric(key, number, int(time.time() * 1000), int(step or 0))
+        with self._lock:
+            run = self._require_run()
+            self._pending.append((run, metric))
+            if key == "best_latency_ms":
+                self.stepped_runs.add(run)
+            due = len(self._pending) >= _FLUSH_EVERY or time.monotonic() - self._last_flush > _FLUSH_SECONDS
+        if due:
+            self.flush()
+
+    def log_trial(self, step: int, best_latency: float | None, flops: float | None = None) -> None:
+        if best_latency is None or not math.isfinite(best_latency) or best_latency <= 0:
+            return
+        self.log_metric("best_latency_ms", best_latency * 1e3, step)
+        if flops:
+            self.log_metric("gflops", flops / best_latency / 1e9, step)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        run = self._require_run()
+        from mlflow.entities import RunTag
+
+        items = [RunTag(str(k), str(v)) for k, v in tags.items() if v is not None]
+        if items:
+            with self._guard("set tags"):
+                self._client.log_batch(run, tags=items)
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        run = self._require_run()
+        with self._guard(f"log artifact {path}"):
+            if Path(path).is_dir():
+                self._client.log_artifacts(run, str(path), artifact_path)
+            else:
+                self._client.log_artifact(run, str(path), artifact_path)
+
+    def log_dict(self, data: Mapping[str, Any], filename: str) -> None:
+        run = self._require_run()
+        with self._guard(f"log {filename}"):
+            self._client.log_dict(run, _clean_value(data), filename)
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self._last_flush = time.monotonic()
+        if not pending:
+            return
+        by_run: dict[str, list[Any]] = {}
+        for run, metric in pending:
+            by_run.setdefault(run, []).append(metric)
+        with self._guard("log metrics"):
+            for run, metrics in by_run.items():
+                for i in range(0, len(metrics), _BATCH_MAX):
+                    self._client.log_batch(run, metrics=metrics[i : i + _BATCH_MAX])
+
+    def end(self, status: Status = "FINISHED") -> None:
+        if self._ended or self._parent is None:
+            self._ended = True
+            return
+        self._ended = True
+        self.flush()
+        with self._guard("end the run"):
+            for run in reversed(self._stack):
+                self._client.set_terminated(run, status)
+            self._stack.clear()
+            self._client.set_terminated(self._parent, status)
+
+
+def _layer_metrics(tracker: Tracker, layer: Mapping[str, Any], replay_curve: bool) -> None:
+    """Per-layer params/tags/metrics from a report entry on the tracker's current (layer) run."""
+    tracker.log_params(
+        {
+            "tuner": layer.get("tuner"),
+            "op_class": layer.get("op_class"),
+            "workload_key": layer.get("workload_key"),
+            "occurrences": layer.get("occurrences"),
+            "trials": layer.get("trials"),
+        }
+    )
+    tracker.set_tags({"match_score": layer.get("match_score"), "dispatch": layer.get("dispatch")})
+    if replay_curve:
+        for point in layer.get("curve") or []:
+            try:
+                step, latency = int(point[0]), point[1]
+            except (TypeError, ValueError, IndexError):
+                continue
+            if latency is not None:
+                tracker.log_trial(step, float(latency), layer.get("flops"))
+    best = layer.get("best_latency")
+    default = layer.get("default_latency")
+    tracker.log_metric("final_best_latency_ms", None if best is None else float(best) * 1e3)
+    tracker.log_metric("default_latency_ms", None if default is None else float(default) * 1e3)
+    tracker.log_metric("speedup", layer.get("speedup"))
+    tracker.log_metric("share", layer.get("share"))
+
+
+def finish_with_report(tracker: Tracker, report: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write the report artifacts to `out_dir` and log everything in the report to the tracker.
+
+    Works whether or not the pipeline logged layers live: layers without a nested run get one, with
+    their convergence curve replayed as step metrics; layers with one get their final numbers and
+    tags added. Starts the parent run if needed but does not end it (the caller or `with` does).
+    With a disabled tracker only the files are written. Returns the written paths.
+    """
+    from autotune.report import write_artifacts
+
+    data = dict(report)
+    if tracker.enabled:
+        if tracker.run_id is None:
+            tracker.start(str(report.get("model") or "autotune"))
+        if not data.get("run_id"):
+            data["run_id"] = tracker.run_id
+    paths = write_artifacts(data, out_dir)
+    if not tracker.enabled:
+        return paths
+
+    tracker.flush()
+    tracker.log_params(report_params(report))
+    tracker.log_params({"n_layers": len(report.get("layers") or [])})
+    before, after = report.get("model_latency_before"), report.get("model_latency_after")
+    tracker.log_metric("model_latency_before_ms", None if before is None else float(before) * 1e3)
+    tracker.log_metric("model_latency_after_ms", None if after is None else float(after) * 1e3)
+    if before and after:
+        tracker.log_metric("model_speedup", float(before) / float(after))
+
+    live_runs: dict[str, str] = getattr(tracker, "layer_runs", {})
+    for layer in report.get("layers") or []:
+        name = str(layer.get("name"))
+        if name in live_runs and isinstance(tracker, MlflowTracker):
+            tracker._stack.append(live_runs[name])  # reopen for logging; the run keeps its status
+            try:
+                _layer_metrics(tracker, layer, replay_curve=live_runs[name] not in tracker.stepped_runs)
+                tracker.flush()
+            finally:
+                tracker._stack.pop()
+        else:
+            with tracker.layer(name):
+                _layer_metrics(tracker, layer, replay_curve=True)
+
+    for path in paths:
+        tracker.log_artifact(path)
+    tracker.flush()
+    return paths

@@ -1,0 +1,57 @@
+"""Numerical check of a tuned kernel against the untuned one, before it is trusted.
+
+A schedule is only a loop transformation, so the tuned kernel must compute what the
+plain loop nest computes. The reference always runs on the host CPU (LLVM), so the
+check needs nothing beyond the device the candidate itself runs on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.target import TargetSpec
+
+
+def random_args(func, seed: int = 0) -> list[np.ndarray]:
+    """Seeded inputs for every parameter (outputs included: they are overwritten)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for param in func.params:
+        ty = param.ty
+        shape = [int(d) for d in ty.shape]
+        dtype = str(ty.dtype)
+        if dtype.startswith("float") or dtype == "bfloat16":
+            arrays.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
+        else:  # indices and masks: zeros are always in range
+            arrays.append(np.zeros(shape, dtype=dtype))
+    return arrays
+
+
+def run_module(mod, target, device, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    import tvm
+
+    with target:
+        lib = tvm.compile(mod, target=target)
+    tensors = [tvm.runtime.tensor(a, device) for a in arrays]
+    lib["main"](*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def check(mod, func, target: TargetSpec, *, seed: int = 0, rtol: float = 1e-3, atol: float = 1e-4) -> str | None:
+    """None when ``mod`` (scheduled) matches ``func`` (reference); else what differs."""
+    import tvm
+
+    from autotune.defaults import as_module
+
+    arrays = random_args(func, seed)
+    try:
+        got = run_module(mod, target.tvm_target, target.device(), arrays)
+    except Exception as err:  # a schedule that builds in a worker but fails here
+        return f"candidate failed to run: {str(err).strip().splitlines()[-1][:300]}"
+    host = tvm.target.Target({"kind": "llvm"})
+    want = run_module(as_module(func), host, tvm.cpu(0), arrays)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
+            err = float(np.max(np.abs(g.astype("float64") - w.astype("float64"))))
+            return f"output {i} differs from the reference: max abs error {err:.3g}"
+    return None

@@ -1,0 +1,306 @@
+"""Report rendering, load_report, roofline math and progress reporters."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import roofline
+from autotune.errors import AutotuneError
+from autotune.progress import JsonReporter, Reporter, make_reporter
+from autotune.report import (
+    COLUMNS,
+    format_table,
+    load_report,
+    plot_convergence,
+    summary_rows,
+    write_artifacts,
+    write_csv,
+    write_json,
+)
+from autotune.roofline import Peaks, lookup_gpu, roofline_fraction
+
+try:  # the same fake report as the tracking tests, whether or not tests/ is a package
+    from tests.test_tracking import make_report
+except ImportError:  # pragma: no cover
+    from test_tracking import make_report  # type: ignore[no-redef]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home" / ".autotune"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+# -- summary rows ---------------------------------------------------------------------------------
+def test_summary_rows_derived_numbers() -> None:
+    rows = summary_rows(make_report())
+    assert [r["name"] for r in rows] == ["fused_conv2d_add_relu", "fused_dense_add"]
+    conv = rows[0]
+    assert list(conv) == COLUMNS
+    assert conv["best_latency_ms"] == pytest.approx(0.21)
+    assert conv["default_latency_ms"] == pytest.approx(0.94)
+    assert conv["speedup"] == pytest.approx(0.94 / 0.21)
+    assert conv["share"] == pytest.approx(0.31)
+    assert conv["gflops"] == pytest.approx(1.2e8 / 0.00021 / 1e9)
+    # report's stored peaks: 1 TFLOP/s, 50 GB/s; AI = 1.2e8/3.4e6 = 35.3 -> memory roof 1.76 TFLOP/s
+    # so the compute roof (1 TFLOP/s) binds
+    assert conv["roofline_fraction"] == pytest.approx((1.2e8 / 0.00021) / 1.0e12)
+    dense = rows[1]
+    # AI = 0.5 flop/byte -> memory roof 25 GFLOP/s binds
+    assert dense["roofline_fraction"] == pytest.approx((1.024e6 / 0.00012) / (1.024e6 / 2.05e6 * 5.0e10))
+
+
+def test_summary_rows_fills_missing_fields() -> None:
+    report = make_report()
+    for layer in report["layers"]:
+        del layer["speedup"], layer["share"]
+    report["layers"][1]["best_latency"] = None  # a layer whose every trial failed
+    del report["roofline"]
+    report["target"] = {"kind": "cuda", "device_name": "NVIDIA H100 80GB HBM3"}
+    rows = summary_rows(report)
+    assert rows[0]["speedup"] == pytest.approx(0.94 / 0.21)
+    assert rows[0]["share"] == pytest.approx(1.0)  # the only layer with a latency
+    assert rows[1]["best_latency_ms"] is None and rows[1]["speedup"] is None and rows[1]["gflops"] is None
+    h100 = lookup_gpu("NVIDIA H100 80GB HBM3")
+    assert h100 is not None
+    expected = roofline_fraction(1.2e8, 3.4e6, 0.00021, h100.peak_flops, h100.peak_bw)
+    assert rows[0]["roofline_fraction"] == pytest.approx(expected)
+
+
+def test_summary_rows_unknown_device_has_no_fraction() -> None:
+    report = make_report()
+    del report["roofline"]
+    report["target"] = {"kind": "llvm", "device_name": "Never Measured CPU"}
+    rows = summary_rows(report)  # must not measure: the report may come from another machine
+    assert all(r["roofline_fraction"] is None for r in rows)
+    assert not (roofline.default_cache_path()).exists()
+
+
+# -- files ----------------------------------------------------------------------------------------
+def test_write_csv(tmp_path: Path) -> None:
+    path = write_csv(make_report(), tmp_path / "r.csv")
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["name"] for r in rows] == ["fused_conv2d_add_relu", "fused_dense_add"]
+    assert list(rows[0]) == COLUMNS
+    assert float(rows[0]["best_latency_ms"]) == pytest.approx(0.21)
+    assert rows[1]["tuner"] == "history" and rows[1]["dispatch"] == "warm"
+    assert float(rows[1]["match_score"]) == pytest.approx(0.87)
+
+
+def test_write_json_is_strict(tmp_path: Path) -> None:
+    report = make_report()
+    report["model_latency_after"] = math.nan
+    report["layers"][0]["curve"].append((6, math.inf))
+    path = write_json(report, tmp_path / "r.json")
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    data = json.loads(text)
+    assert data["model_latency_after"] is None
+    assert data["layers"][0]["curve"][-1] == [6, None]
+    assert data["layers"][1] == make_report()["layers"][1]
+
+
+def test_format_table_lists_each_layer() -> None:
+    text = format_table(make_report())
+    assert "\x1b[" not in text  # plain text, also with no TTY
+    for name in ("fused_conv2d_add_relu", "fused_dense_add"):
+        assert name in text
+    assert "resnet18" in text and "12.300 ms -> 8.100 ms" in text
+    assert "4.48x" in text  # conv speedup 0.94/0.21
+    assert "history (warm)" in text
+
+
+def test_plot_convergence_layers_and_tuners(tmp_path: Path) -> None:
+    report = make_report()
+    png = plot_convergence(report, tmp_path / "a.png")
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    report["tuners"] = {
+        "random": [[[1, 0.002], [2, 0.001]], [[1, 0.003], [3, 0.0009]]],
+        "history": [[[1, 0.0011], [2, 0.0009], [3, None]]],
+    }
+    png2 = plot_convergence(report, tmp_path / "b.png")
+    assert png2.read_bytes().startswith(PNG_MAGIC)
+    assert png2.stat().st_size > png.stat().st_size  # the extra tuner panel was drawn
+    empty = plot_convergence({"model": "m", "layers": []}, tmp_path / "c.png")
+    assert empty.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_write_artifacts_and_load_from_dir(tmp_path: Path) -> None:
+    report = make_report()
+    paths = write_artifacts(report, tmp_path / "out")
+    assert sorted(p.name for p in paths) == ["convergence.png", "layers.txt", "report.csv", "report.json"]
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    assert "fused_dense_add" in (tmp_path / "out" / "layers.txt").read_text()
+    assert load_report(tmp_path / "out") == report
+    assert load_report(str(tmp_path / "out" / "report.json")) == report
+
+
+def test_load_report_errors(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AutotuneError, match="no report.json"):
+        load_report(tmp_path / "empty")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "report.json").write_text("[1, 2")
+    with pytest.raises(AutotuneError, match="cannot read report"):
+        load_report(tmp_path / "bad")
+
+
+def test_load_report_by_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.tracking import Tracker, finish_with_report
+
+    uri = f"sqlite:///{(tmp_path / 'store' / 'mlflow.db').as_posix()}"
+    report = make_report()
+    with Tracker.create(True, uri) as tracker:
+        finish_with_report(tracker, report, tmp_path / "out")
+    loaded = load_report(tracker.run_id, tracking_uri=uri)
+    assert loaded["run_id"] == tracker.run_id
+    assert loaded["layers"] == report["layers"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the CLI's usual path: URI from the environment
+    assert load_report(tracker.run_id)["model"] == "resnet18"
+    with pytest.raises(AutotuneError, match="neither a directory"):
+        load_report("0123456789abcdef0123456789abcdef", tracking_uri=uri)
+    # a run without the artifact
+    with Tracker.create(True, uri) as bare:
+        bare.start("bare")
+    with pytest.raises(AutotuneError, match="no report.json artifact"):
+        load_report(bare.run_id, tracking_uri=uri)
+
+
+# -- roofline -------------------------------------------------------------------------------------
+def test_roofline_fraction_math() -> None:
+    # compute-bound: AI = 100 flop/B, memory roof 100 * 1e11 = 1e13 > 1e12 -> compute roof binds
+    assert roofline_fraction(1e9, 1e7, 0.002, 1e12, 1e11) == pytest.approx(0.5)
+    # memory-bound: AI = 1 flop/B, roof = 1e11 FLOP/s; achieved 1e8 / 0.01 = 1e10 -> 0.1
+    assert roofline_fraction(1e8, 1e8, 0.01, 1e12, 1e11) == pytest.approx(0.1)
+    # at the ridge point both roofs agree
+    assert roofline_fraction(1e10, 1e9, 0.01, 1e12, 1e11) == pytest.approx(1.0)
+    assert roofline_fraction(1e9, 0, 0.001, 1e12, 1e11) == pytest.approx(1.0)  # no byte count: compute roof
+    assert roofline_fraction(1e9, 1e7, 0.0, 1e12, 1e11) == 0.0
+    assert roofline_fraction(0, 1e7, 0.001, 1e12, 1e11) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
+        ("NVIDIA A10G", "A10"),
+        ("NVIDIA L4", "L4"),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("NVIDIA GeForce GTX 1080 Ti", "GTX 1080 Ti"),
+    ],
+)
+def test_gpu_table_lookup(name: str, label: str) -> None:
+    peaks = lookup_gpu(name)
+    assert peaks is not None and peaks.source == f"table:{label}"
+    assert 1e12 < peaks.peak_flops < 1e14 and 1e11 < peaks.peak_bw < 1e13
+
+
+def test_gpu_table_unknown() -> None:
+    assert lookup_gpu("Some Integrated GPU") is None
+    assert lookup_gpu(None) is None
+    assert roofline.peaks_for_target({"kind": "cuda", "device_name": "Mystery GPU"}) is None
+
+
+def test_cpu_peaks_cached_by_device_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str | None] = []
+
+    def fake_measure(device_name: str | None = None, seconds: float = 0.8) -> Peaks:
+        calls.append(device_name)
+        return Peaks(2e11, 3e10, source="measured", device_name=device_name or "")
+
+    monkeypatch.setattr(roofline, "measure_cpu", fake_measure)
+    cache = tmp_path / "rf.json"
+    first = roofline.cpu_peaks("Cpu A", cache_path=cache)
+    second = roofline.cpu_peaks("Cpu A", cache_path=cache)
+    assert calls == ["Cpu A"]
+    assert first is not None and second is not None
+    assert (second.peak_flops, second.peak_bw, second.source) == (2e11, 3e10, "cache")
+    assert roofline.cpu_peaks("Cpu B", cache_path=cache, measure=False) is None
+    assert set(json.loads(cache.read_text())) == {"Cpu A"}
+    # default location honours AUTOTUNE_HOME (tests never write to ~)
+    roofline.peaks_for_target({"kind": "llvm", "device_name": "Cpu C"})
+    assert "Cpu C" in json.loads(roofline.default_cache_path().read_text())
+    assert str(roofline.default_cache_path()).startswith(str(tmp_path))
+
+
+def test_measure_cpu_is_plausible() -> None:
+    peaks = roofline.measure_cpu("this cpu", seconds=0.2)
+    assert 1e8 < peaks.peak_flops < 1e14
+    assert 1e8 < peaks.peak_bw < 1e13
+    assert peaks.source == "measured"
+
+
+# -- progress -------------------------------------------------------------------------------------
+def drive(reporter: Reporter) -> None:
+    reporter.start_model("resnet18", [("conv_a", 3), ("dense_b", 2)])
+    reporter.start_layer("conv_a", 3, "random", 0.0)
+    for done, best in [(1, 0.001), (2, math.inf), (3, 0.0004)]:
+        reporter.trial("conv_a", done, best)
+    reporter.end_layer("conv_a", {"tuner": "random", "trials": 3, "best_latency": 0.0004, "speedup": 2.5})
+    reporter.message("history hit [reuse]")
+    reporter.start_layer("dense_b", 2, "history", 0.91)
+    reporter.trial("dense_b", 1, None)
+    reporter.end_layer("dense_b", {"trials": 1, "best_latency": None})
+    reporter.close()
+    reporter.close()
+
+
+def test_json_reporter_lines_parse() -> None:
+    buf = io.StringIO()
+    reporter = make_reporter("json", buf)
+    assert isinstance(reporter, JsonReporter)
+    drive(reporter)
+    events = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [e["event"] for e in events] == [
+        "start_model", "start_layer", "trial", "trial", "trial", "end_layer",
+        "message", "start_layer", "trial", "end_layer",
+    ]
+    assert events[0]["layers"] == [{"name": "conv_a", "trials": 3}, {"name": "dense_b", "trials": 2}]
+    assert events[1] == {**events[1], "layer": "conv_a", "tuner": "random", "match_score": 0.0, "trials": 3}
+    assert events[3]["best_latency"] is None  # inf is not valid JSON
+    assert events[4]["done"] == 3 and events[4]["best_latency"] == 0.0004
+    assert events[5]["summary"]["speedup"] == 2.5
+    assert events[6]["text"] == "history hit [reuse]"
+
+
+def test_json_reporter_defaults_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    make_reporter("json").message("hi")
+    assert json.loads(capsys.readouterr().out)["text"] == "hi"
+
+
+def test_rich_reporter_renders_without_tty() -> None:
+    buf = io.StringIO()
+    drive(make_reporter("rich", buf))
+    text = buf.getvalue()
+    assert "done conv_a" in text and "2.50x" in text
+    assert "history hit [reuse]" in text  # markup in messages is escaped, not interpreted
+    assert "resnet18" in text
+
+
+def test_quiet_reporter_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    drive(make_reporter("quiet"))
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_unknown_mode() -> None:
+    with pytest.raises(ValueError):
+        make_reporter("loud")  # type: ignore[arg-type]

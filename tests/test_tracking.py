@@ -1,0 +1,311 @@
+"""Tracker + finish_with_report against a real MLflow sqlite store in tmp_path, read back via MlflowClient."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.tracking import Tracker, finish_with_report, report_params, resolve_tracking_uri
+
+
+def make_report() -> dict[str, Any]:
+    """A complete report with plausible numbers: two tuned layers with convergence curves."""
+    conv_curve = [[1, 0.00094], [2, 0.00051], [3, 0.00051], [4, 0.00030], [5, 0.00021]]
+    dense_curve = [[1, 0.00040], [2, 0.00022], [3, 0.00012]]
+    return {
+        "run_id": None,
+        "model": "resnet18",
+        "target": {"kind": "llvm", "arch": "x86_64", "device_name": "Test CPU 9000"},
+        "budget": 64,
+        "history": "sqlite:////tmp/history.db",
+        "tuner": "auto",
+        "versions": {"autotune": "0.1.0", "tvm": "0.27.0.post1"},
+        "model_latency_before": 0.0123,
+        "model_latency_after": 0.0081,
+        "roofline": {"peak_flops": 1.0e12, "peak_bw": 5.0e10, "source": "measured", "device_name": "Test CPU 9000"},
+        "layers": [
+            {
+                "name": "fused_conv2d_add_relu",
+                "op_class": "conv2d",
+                "workload_key": "conv2d:1x64x56x56:64x64x3x3",
+                "occurrences": 2,
+                "flops": 1.2e8,
+                "bytes": 3.4e6,
+                "match_score": 0.0,
+                "tuner": "random",
+                "dispatch": "cold",
+                "trials": 5,
+                "best_latency": 0.00021,
+                "default_latency": 0.00094,
+                "speedup": 0.00094 / 0.00021,
+                "share": 0.31,
+                "curve": conv_curve,
+            },
+            {
+                "name": "fused_dense_add",
+                "op_class": "dense",
+                "workload_key": "dense:1x512:1000x512",
+                "occurrences": 1,
+                "flops": 1.024e6,
+                "bytes": 2.05e6,
+                "match_score": 0.87,
+                "tuner": "history",
+                "dispatch": "warm",
+                "trials": 3,
+                "best_latency": 0.00012,
+                "default_latency": 0.00040,
+                "speedup": 0.0004 / 0.00012,
+                "share": 0.09,
+                "curve": dense_curve,
+            },
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One sqlite store for the module: creating a fresh MLflow schema costs seconds (migrations).
+    Tests stay independent because each reads back only its own run ids."""
+    return tmp_path_factory.mktemp("store") / "mlflow.db"
+
+
+@pytest.fixture()
+def store(shared_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The shared store's URI; HOME and AUTOTUNE_HOME point into tmp so nothing touches ~."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home" / ".autotune"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return f"sqlite:///{shared_store.as_posix()}"
+
+
+def client_for(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def children_of(client, parent_id: str) -> dict[str, Any]:
+    parent = client.get_run(parent_id)
+    runs = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'"
+    )
+    return {r.data.tags["mlflow.runName"]: r for r in runs}
+
+
+def steps(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
+    """The pipeline's path: start, one nested run per layer with per-trial metrics, then the report."""
+    report = make_report()
+    with Tracker.create(True, store) as tracker:
+        run_id = tracker.start("resnet18", report_params(report), {"autotune.cli": "tune"})
+        assert run_id and tracker.run_id == run_id
+        for layer in report["layers"]:
+            with tracker.layer(layer["name"], params={"tuner": layer["tuner"]}) as nested:
+                assert tracker.current_run_id == nested != run_id
+                tracker.set_tags({"match_score": layer["match_score"], "dispatch": layer["dispatch"]})
+                for step, latency in layer["curve"]:
+                    tracker.log_trial(step, latency, layer["flops"])
+            assert tracker.current_run_id == run_id
+        paths = finish_with_report(tracker, report, tmp_path / "out")
+    assert sorted(p.name for p in paths) == ["convergence.png", "layers.txt", "report.csv", "report.json"]
+
+    client = client_for(store)
+    parent = client.get_run(run_id)
+    assert parent.info.status == "FINISHED"
+    params = parent.data.params
+    assert params["model"] == "resnet18"
+    assert params["target"] == "llvm" and params["device"] == "Test CPU 9000"
+    assert params["budget"] == "64"
+    assert params["history"] == "sqlite:////tmp/history.db"
+    assert params["autotune_version"] == "0.1.0" and params["tvm_version"] == "0.27.0.post1"
+    assert parent.data.tags["autotune.cli"] == "tune"
+    assert parent.data.metrics["model_latency_before_ms"] == pytest.approx(12.3)
+    assert parent.data.metrics["model_latency_after_ms"] == pytest.approx(8.1)
+    assert parent.data.metrics["model_speedup"] == pytest.approx(0.0123 / 0.0081)
+
+    kids = children_of(client, run_id)
+    assert set(kids) == {"fused_conv2d_add_relu", "fused_dense_add"}
+    for layer in report["layers"]:
+        kid = kids[layer["name"]]
+        assert kid.info.status == "FINISHED"
+        assert kid.data.params["tuner"] == layer["tuner"]
+        assert kid.data.tags["dispatch"] == layer["dispatch"]
+        assert float(kid.data.tags["match_score"]) == pytest.approx(layer["match_score"])
+        history = steps(client, kid.info.run_id, "best_latency_ms")
+        # logged live exactly once per trial: finish_with_report must not replay the curve again
+        assert [s for s, _ in history] == [s for s, _ in layer["curve"]]
+        assert [v for _, v in history] == pytest.approx([lat * 1e3 for _, lat in layer["curve"]])
+        gflops = steps(client, kid.info.run_id, "gflops")
+        assert [v for _, v in gflops] == pytest.approx([layer["flops"] / lat / 1e9 for _, lat in layer["curve"]])
+        assert kid.data.metrics["speedup"] == pytest.approx(layer["speedup"])
+
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"report.json", "report.csv", "convergence.png", "layers.txt"} <= artifacts
+    dst = tmp_path / "dl"
+    dst.mkdir()
+    downloaded = json.loads(Path(client.download_artifacts(run_id, "report.json", str(dst))).read_text())
+    expected = dict(report, run_id=run_id)
+    assert downloaded == json.loads(json.dumps(expected))
+    png = Path(client.download_artifacts(run_id, "convergence.png", str(dst))).read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    # artifacts live next to the store, not in ./mlruns of the working directory
+    store_dir = Path(store[len("sqlite:///"):]).parent
+    assert (store_dir / "artifacts" / "autotune" / run_id).is_dir()
+    assert not Path("mlruns").exists() or not any(Path("mlruns").glob(f"*/{run_id}"))
+
+
+def test_report_only_creates_nested_runs(store: str, tmp_path: Path) -> None:
+    """A pipeline that logs nothing live still gets nested runs with curves replayed as steps."""
+    report = make_report()
+    with Tracker.create(True, store) as tracker:
+        finish_with_report(tracker, report, tmp_path / "out")
+        run_id = tracker.run_id
+    assert run_id is not None
+    client = client_for(store)
+    kids = children_of(client, run_id)
+    assert len(kids) == 2
+    conv = kids["fused_conv2d_add_relu"]
+    history = steps(client, conv.info.run_id, "best_latency_ms")
+    assert [s for s, _ in history] == [1, 2, 3, 4, 5]
+    assert [v for _, v in history] == pytest.approx([0.94, 0.51, 0.51, 0.30, 0.21])
+    assert conv.data.tags["mlflow.parentRunId"] == run_id
+    assert conv.data.params["op_class"] == "conv2d"
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["run_id"] == run_id
+
+
+def test_failure_marks_runs_failed(store: str) -> None:
+    with pytest.raises(RuntimeError):
+        with Tracker.create(True, store) as tracker:
+            tracker.start("m")
+            with tracker.layer("l0"):
+                tracker.log_metric("best_latency_ms", 1.0, 1)
+                raise RuntimeError("boom")
+    client = client_for(store)
+    assert client.get_run(tracker.run_id).info.status == "FAILED"
+    kid = children_of(client, tracker.run_id)["l0"]
+    assert kid.info.status == "FAILED"
+    assert steps(client, kid.info.run_id, "best_latency_ms") == [(1, 1.0)]
+
+
+def test_explicit_end_status_and_idempotent(store: str) -> None:
+    tracker = Tracker.create(True, store)
+    tracker.start("m", {"model": "m"})
+    tracker.log_metric("x", 2.5)
+    tracker.log_metric("skipped", None)
+    tracker.log_metric("nan", math.nan)
+    tracker.end("KILLED")
+    tracker.end("FINISHED")
+    run = client_for(store).get_run(tracker.run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.metrics == {"x": 2.5}
+
+
+def test_params_are_not_relogged(store: str) -> None:
+    """MLflow rejects changing a param; the tracker keeps the first value instead of failing the tune."""
+    with Tracker.create(True, store) as tracker:
+        tracker.start("m", {"budget": 64})
+        tracker.log_params({"budget": 128, "tuner": "auto"})
+    params = client_for(store).get_run(tracker.run_id).data.params
+    assert params == {"budget": "64", "tuner": "auto"}
+
+
+def test_log_dict_and_log_artifact(store: str, tmp_path: Path) -> None:
+    extra = tmp_path / "notes.txt"
+    extra.write_text("hello")
+    with Tracker.create(True, store) as tracker:
+        tracker.start("m")
+        tracker.log_dict({"a": 1, "bad": math.inf}, "extra/info.json")
+        tracker.log_artifact(extra, "notes")
+    client = client_for(store)
+    dst = tmp_path / "dl"
+    dst.mkdir()
+    info = json.loads(Path(client.download_artifacts(tracker.run_id, "extra/info.json", str(dst))).read_text())
+    assert info == {"a": 1, "bad": None}
+    assert Path(client.download_artifacts(tracker.run_id, "notes/notes.txt", str(dst))).read_text() == "hello"
+
+
+def test_disabled_tracker_is_noop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home" / ".autotune"))
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{(tmp_path / 'never' / 'mlflow.db').as_posix()}"
+    with Tracker.create(False, uri) as tracker:
+        assert tracker.enabled is False
+        assert tracker.start("m", {"a": 1}, {"t": 2}) is None
+        with tracker.layer("l") as nested:
+            assert nested is None
+            tracker.log_params({"x": 1})
+            tracker.log_metric("best_latency_ms", 1.0, 1)
+            tracker.log_trial(1, 0.001, 1e6)
+            tracker.set_tags({"dispatch": "cold"})
+            tracker.log_dict({"a": 1}, "a.json")
+            tracker.log_artifact(tmp_path / "missing.txt")
+        tracker.end("FAILED")
+    assert tracker.run_id is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_disabled_finish_writes_only_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    paths = finish_with_report(Tracker.create(False), make_report(), tmp_path / "out")
+    assert {p.parent for p in paths} == {tmp_path / "out"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_unreachable_store_is_one_line_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(AutotuneError) as info:
+        Tracker.create(True, f"sqlite:///{(blocker / 'sub' / 'mlflow.db').as_posix()}")
+    assert "\n" not in str(info.value) and "tracking store" in str(info.value)
+
+
+def test_unreachable_server_fails_fast(tmp_path: Path) -> None:
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(AutotuneError) as info:
+        Tracker.create(True, "http://127.0.0.1:9")  # discard port: connection refused
+    assert "\n" not in str(info.value)
+    assert time.monotonic() - t0 < 30
+
+
+def test_uri_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "ah"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_tracking_uri() == f"sqlite:///{(tmp_path / 'ah' / 'mlruns' / 'mlflow.db').as_posix()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://example:5000")
+    assert resolve_tracking_uri() == "http://example:5000"
+    assert resolve_tracking_uri("sqlite:///x.db") == "sqlite:///x.db"
+    # plain paths become sqlite (MLflow 3.17 refuses the file store)
+    assert resolve_tracking_uri(str(tmp_path / "runs")) == f"sqlite:///{(tmp_path / 'runs' / 'mlflow.db').as_posix()}"
+    assert resolve_tracking_uri(str(tmp_path / "t.db")) == f"sqlite:///{(tmp_path / 't.db').as_posix()}"
+
+
+def test_default_store_needs_no_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "ah"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with Tracker.create(True, None) as tracker:
+        tracker.start("m")
+    assert (tmp_path / "ah" / "mlruns" / "mlflow.db").is_file()
+    assert client_for(resolve_tracking_uri()).get_run(tracker.run_id).info.status == "FINISHED"
+
+
+def test_import_does_not_load_heavy_modules() -> None:
+    code = (
+        "import sys, autotune.tracking, autotune.report, autotune.roofline, autotune.progress;"
+        "heavy = [m for m in ('mlflow', 'matplotlib', 'rich', 'numpy') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
