@@ -56,6 +56,36 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+#: Tensor-intrinsic modules each target kind's schedule rules can use.
+_INTRIN_MODULES = {"llvm": ("x86", "arm_cpu"), "cuda": ("cuda",)}
+
+
+def load_tensor_intrinsics(kind: str) -> None:
+    """Register only the tensor intrinsics ``kind`` can use.
+
+    meta-schedule's TuneContext imports ``tvm.s_tir.tensor_intrin``, whose package
+    registers the intrinsics of every backend; its CUDA part alone takes ~18 s to import
+    on a CPU-only machine. Installing the package object first (with its real path) and
+    importing just the submodules this target needs makes the later import a no-op.
+    """
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    name = "tvm.s_tir.tensor_intrin"
+    pkg = sys.modules.get(name)
+    if pkg is None:
+        spec = importlib.util.find_spec(name)
+        pkg = types.ModuleType(name)
+        pkg.__path__ = list(spec.submodule_search_locations)  # type: ignore[attr-defined]
+        pkg.__package__ = name
+        pkg.__spec__ = spec
+        sys.modules[name] = pkg
+    for sub in _INTRIN_MODULES.get(kind, ()):
+        importlib.import_module(f"{name}.{sub}")
+
+
 class MetaScheduleSpace(KnobSpace):
     """Knob space of one PrimFunc on one target, from meta-schedule's space generator."""
 
@@ -67,6 +97,7 @@ class MetaScheduleSpace(KnobSpace):
         self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
         kind = "cuda" if target.kind.name == "cuda" else "llvm"
         with _CONTEXT_LOCK:
+            load_tensor_intrinsics(kind)
             ctx = ms.TuneContext(
                 mod=self.mod,
                 target=target,

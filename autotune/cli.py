@@ -1,0 +1,447 @@
+"""The ``autotune`` command line. Parsing only: every command calls into the Python API.
+
+Imports of TVM, MLflow and friends happen inside the command functions, so ``--help``
+and the history commands start in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_USAGE = 2
+
+
+def _home() -> Path:
+    return Path(os.environ.get("AUTOTUNE_HOME", Path.home() / ".autotune"))
+
+
+# --- shared options ----------------------------------------------------------------------
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="bundled model name (see 'autotune zoo list') or path/to/model.onnx")
+    p.add_argument("--input-shape", action="append", metavar="NAME=DxD..", help="fix an input's shape, e.g. input=1x3x224x224 (repeatable)")
+    p.add_argument("--size", type=int, help="zoo models: image side (CNNs) or sequence length (transformer)")
+    p.add_argument("--batch-size", type=int, default=1, help="zoo models: batch size (default 1)")
+
+
+def _history_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--history", metavar="PATH|URL", help="history database: SQLite file or SQLAlchemy URL (default $AUTOTUNE_HISTORY or ~/.autotune/history.db)")
+
+
+def _target_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="auto", help="auto (cuda if a GPU is present, else llvm), llvm, cuda, cuda:sm_XX, or a JSON target dict")
+
+
+def _json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autotune",
+        description="History-guided autotuning of ONNX models with TVM (CUDA or LLVM).",
+    )
+    parser.add_argument("--version", action="version", version=f"autotune {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("tune", help="tune every layer of a model; results go to history")
+    _model_args(p)
+    _target_arg(p)
+    _history_arg(p)
+    p.add_argument("--trials", type=int, default=64, help="measured trials for the whole model (default 64)")
+    p.add_argument("--tuner", default="auto", help="auto (by history match), random, xgb, tl_xgb, ga, gga")
+    p.add_argument("--batch", type=int, default=8, help="configs built and measured per round (default 8)")
+    p.add_argument("--min-trials", type=int, default=4, help="trials at least for every tuned layer (default 4)")
+    p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time")
+    p.add_argument("--high", type=float, default=0.8, help="match score from which the guided GA is used (default 0.8)")
+    p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate; the median is kept (default 5)")
+    p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on devices registered with an RPC tracker")
+    p.add_argument("--no-verify", action="store_true", help="skip the numerical check of each layer's winner")
+    p.add_argument("--no-model-latency", action="store_true", help="skip timing the whole model before and after")
+    p.add_argument("--out-dir", help="where the report, CSV and plot go (default ~/.autotune/runs/RUN_ID)")
+    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or a local store in ~/.autotune)")
+    p.add_argument("--no-mlflow", action="store_true", help="do not record the run in MLflow")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _json_arg(p)
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("layers", help="show the layers (fused kernels) of a model")
+    _model_args(p)
+    _json_arg(p)
+    p.set_defaults(func=cmd_layers)
+
+    p = sub.add_parser("compile", help="apply the best history schedules and export a module")
+    _model_args(p)
+    _target_arg(p)
+    _history_arg(p)
+    p.add_argument("--out", "-o", required=True, help="output shared library, e.g. model.so")
+    _json_arg(p)
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="load an exported module, run it on seeded inputs, time it")
+    p.add_argument("module", help="a .so written by 'autotune compile'")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--check", metavar="MODEL", help="compare outputs with the ONNX reference evaluator on this model (zoo name or .onnx)")
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--atol", type=float, default=1e-4)
+    _json_arg(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("zoo", help="bundled models")
+    zsub = p.add_subparsers(dest="zoo_command", metavar="ACTION")
+    z = zsub.add_parser("list", help="list bundled models")
+    _json_arg(z)
+    z.set_defaults(func=cmd_zoo_list)
+    z = zsub.add_parser("export", help="write a bundled model as ONNX")
+    z.add_argument("name")
+    z.add_argument("-o", "--out", required=True)
+    z.add_argument("--size", type=int)
+    z.add_argument("--batch-size", type=int, default=1)
+    z.add_argument("--seed", type=int, default=0)
+    z.set_defaults(func=cmd_zoo_export)
+
+    p = sub.add_parser("history", help="inspect, export and import the tuning history")
+    hsub = p.add_subparsers(dest="history_command", metavar="ACTION")
+    h = hsub.add_parser("ls", help="one line per layer and target: records, best latency")
+    _history_arg(h)
+    _json_arg(h)
+    h.set_defaults(func=cmd_history_ls)
+    h = hsub.add_parser("show", help="the records of one workload (key or unique prefix)")
+    h.add_argument("key")
+    h.add_argument("--limit", type=int, default=50)
+    _history_arg(h)
+    _json_arg(h)
+    h.set_defaults(func=cmd_history_show)
+    h = hsub.add_parser("best", help="the best record of one workload")
+    h.add_argument("key")
+    _history_arg(h)
+    _json_arg(h)
+    h.set_defaults(func=cmd_history_best)
+    h = hsub.add_parser("export", help="write history as JSON")
+    h.add_argument("file", help="output JSON file, or - for stdout")
+    _history_arg(h)
+    h.set_defaults(func=cmd_history_export)
+    h = hsub.add_parser("import", help="merge a JSON export into history (JSON only, validated)")
+    h.add_argument("file")
+    _history_arg(h)
+    _json_arg(h)
+    h.set_defaults(func=cmd_history_import)
+
+    p = sub.add_parser("report", help="print a tuning run's summary again and write its plots")
+    p.add_argument("run", help="MLflow run id, or a run directory holding report.json")
+    p.add_argument("--mlflow-uri")
+    p.add_argument("--out-dir", help="where to write the plot and CSV (default: a folder named after the run)")
+    _json_arg(p)
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+# --- commands -------------------------------------------------------------------------------
+def cmd_tune(args) -> int:
+    from autotune import report as reporting
+    from autotune.frontend import parse_input_shapes
+    from autotune.measure import MeasureOptions
+    from autotune.progress import make_reporter
+    from autotune.target import resolve_target
+    from autotune.tracking import Tracker, finish_with_report
+    from autotune.tune import TuneOptions, TuneSession
+    from history import open_history
+
+    _positive(args.trials, "--trials")
+    _positive(args.batch, "--batch")
+    shapes = parse_input_shapes(args.input_shape)
+    target = resolve_target(args.target)
+    options = TuneOptions(
+        trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
+        max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
+        high=args.high, low=args.low, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc),
+    )
+    _check_tuner(args.tuner)
+    store = open_history(args.history)
+    mode = "json" if args.json else ("quiet" if args.quiet else "rich")
+    tracker = Tracker.create(not args.no_mlflow, args.mlflow_uri)
+    session = TuneSession(target, store, options, tracker=tracker, reporter=make_reporter(mode))
+    try:
+        with tracker:
+            report = session.tune_model(args.model, input_shapes=shapes, size=args.size, batch_size=args.batch_size)
+            out_dir = Path(args.out_dir) if args.out_dir else _home() / "runs" / session.run_id
+            report["mlflow_run_id"] = tracker.run_id
+            finish_with_report(tracker, report, out_dir)
+    finally:
+        session.close()
+        store.close()
+    if args.json:
+        print(json.dumps({"event": "report", **report}, default=str))
+    else:
+        print(reporting.format_table(report))
+        print(f"report: {out_dir}" + (f"   mlflow run: {tracker.run_id}" if tracker.run_id else ""))
+    return 0
+
+
+def cmd_layers(args) -> int:
+    from autotune import decompose, frontend
+
+    spec, mod = frontend.load_and_fuse(
+        args.model, input_shapes=frontend.parse_input_shapes(args.input_shape), size=args.size, batch_size=args.batch_size
+    )
+    layers = decompose.decompose(mod, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps({"model": spec.name, "inputs": spec.input_shapes, "layers": [l.to_dict() for l in layers]}))
+    else:
+        print(decompose.format_table(layers))
+        tunable = sum(1 for l in layers if l.tunable)
+        print(f"{spec.name}: {len(layers)} layers ({tunable} tunable), {sum(l.flops * l.occurrences for l in layers) / 1e9:.2f} GFLOP")
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from autotune.compile import compile_model
+    from autotune.frontend import parse_input_shapes
+    from autotune.target import resolve_target
+    from history import open_history
+
+    shapes = parse_input_shapes(args.input_shape)
+    target = resolve_target(args.target)
+    store = open_history(args.history, create=False, readonly=True) if _history_exists(args.history) else None
+    try:
+        summary = compile_model(args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size)
+    finally:
+        if store is not None:
+            store.close()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history, the rest TVM defaults")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    from autotune.run import load_metadata, onnx_reference, run_module, seeded_inputs
+
+    result = run_module(args.module, seed=args.seed, repeat=args.repeat)
+    outputs = result.pop("output_arrays")
+    if args.check:
+        from autotune.frontend import load_model
+
+        meta = load_metadata(args.module)
+        zoo_info = meta.get("zoo") or {}
+        if zoo_info.get("name") == args.check and not Path(args.check).exists():
+            # rebuild exactly the zoo model that was compiled (same size, batch and weights)
+            spec = load_model(args.check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
+        else:
+            spec = load_model(args.check, input_shapes={k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
+        want = onnx_reference(spec.proto, seeded_inputs(meta, args.seed))
+        errs = [float(np.max(np.abs(g - w))) if g.shape == w.shape else float("inf") for g, w in zip(outputs, want)]
+        ok = len(want) == len(outputs) and all(np.allclose(g, w, rtol=args.rtol, atol=args.atol) for g, w in zip(outputs, want))
+        result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None, "ok": ok}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['model']} on {result['target']}: median {result['latency_median_s'] * 1e3:.3f} ms "
+              f"(mean {result['latency_mean_s'] * 1e3:.3f} ms, std {result['latency_std_s'] * 1e3:.3f} ms, {result['repeat']}x{result['number']} runs)")
+        if "check" in result:
+            c = result["check"]
+            print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g})")
+    return 0 if result.get("check", {}).get("ok", True) else 1
+
+
+def cmd_zoo_list(args) -> int:
+    from autotune import zoo
+
+    entries = zoo.list_models()
+    if args.json:
+        print(json.dumps([{"name": e.name, "description": e.description, "default_size": e.default_size, "input": list(e.input_shape(1, e.default_size))} for e in entries]))
+    else:
+        for e in entries:
+            print(f"{e.name:<12} {'x'.join(map(str, e.input_shape(1, e.default_size))):<16} {e.description}")
+    return 0
+
+
+def cmd_zoo_export(args) -> int:
+    from autotune import zoo
+
+    path = zoo.export_model(args.name, args.out, batch_size=args.batch_size, size=args.size, seed=args.seed)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_history_ls(args) -> int:
+    from history import open_history
+
+    with open_history(args.history, create=False, readonly=True) as store:
+        rows = store.summary()
+        workloads = {w.key: w for w in store.workloads()}
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    if not rows:
+        print("history is empty")
+        return 0
+    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<28} {'records':>7} {'ok':>5} {'best ms':>10}")
+    for r in rows:
+        w = workloads.get(r["workload_key"])
+        name = (w.descriptor.get("name", "") if w else "")[:34]
+        best = f"{r['best_latency'] * 1e3:.4f}" if r["best_latency"] is not None else "-"
+        print(f"{r['workload_key']:<26} {r['op_class']:<17} {name:<34} {r['target_key'][:28]:<28} {r['n_records']:>7} {r['n_ok']:>5} {best:>10}")
+    return 0
+
+
+def _resolve_key(store, key: str) -> str:
+    from autotune.errors import AutotuneError
+
+    keys = [w.key for w in store.workloads() if w.key.startswith(key)]
+    if not keys:
+        raise AutotuneError(f"no workload in history starts with {key!r}")
+    if len(keys) > 1:
+        raise AutotuneError(f"{key!r} matches {len(keys)} workloads; give more characters")
+    return keys[0]
+
+
+def _record_dict(rec) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(rec)
+
+
+def cmd_history_show(args) -> int:
+    from history import open_history
+
+    with open_history(args.history, create=False, readonly=True) as store:
+        key = _resolve_key(store, args.key)
+        recs = store.records(workload_key=key)
+        w = store.workload(key)
+    recs = recs[-args.limit:]
+    if args.json:
+        print(json.dumps({"workload": {"key": w.key, "op_class": w.op_class, "descriptor": w.descriptor, "flops": w.flops}, "records": [_record_dict(r) for r in recs]}))
+        return 0
+    print(f"{w.key}  {w.op_class}  {w.descriptor.get('name', '')}  {w.flops / 1e6:.1f} MFLOP")
+    for r in recs:
+        lat = f"{r.latency_median * 1e3:.4f} ms" if r.latency_median is not None else "-"
+        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {r.target_key[:24]:<24} {'verified' if r.verified else '':<8} {(r.error or '')[:60]}")
+    return 0
+
+
+def cmd_history_best(args) -> int:
+    from autotune.errors import AutotuneError
+    from history import open_history
+
+    with open_history(args.history, create=False, readonly=True) as store:
+        key = _resolve_key(store, args.key)
+        bests = [store.best(key, t.key) for t in store.targets()]
+    bests = [b for b in bests if b is not None]
+    if not bests:
+        raise AutotuneError(f"workload {key} has no successful record")
+    if args.json:
+        print(json.dumps([_record_dict(b) for b in bests]))
+    else:
+        for b in bests:
+            print(f"{b.target_key}: {b.latency_median * 1e3:.4f} ms (record #{b.id}, {b.tuner}, {b.space_id})\n  {json.dumps(b.config)}")
+    return 0
+
+
+def cmd_history_export(args) -> int:
+    from history import export_json, open_history
+
+    with open_history(args.history, create=False, readonly=True) as store:
+        n = export_json(store, sys.stdout if args.file == "-" else args.file)
+    if args.file != "-":
+        print(f"exported {n} records to {args.file}")
+    return 0
+
+
+def cmd_history_import(args) -> int:
+    from autotune.errors import AutotuneError
+    from history import import_json, open_history
+
+    if not Path(args.file).exists():
+        raise AutotuneError(f"file not found: {args.file}")
+    with open_history(args.history) as store:
+        counts = import_json(store, args.file)
+    print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from autotune import report as reporting
+
+    data = reporting.load_report(args.run, args.mlflow_uri)
+    out_dir = Path(args.out_dir) if args.out_dir else Path(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
+    paths = reporting.write_artifacts(data, out_dir)
+    if args.json:
+        print(json.dumps({"rows": reporting.summary_rows(data), "files": [str(p) for p in paths]}, default=str))
+    else:
+        print(reporting.format_table(data))
+        print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _version() -> str:
+    from autotune import __version__
+
+    return __version__
+
+
+def _positive(value: int, flag: str) -> None:
+    from autotune.errors import AutotuneError
+
+    if value is None or value <= 0:
+        raise AutotuneError(f"{flag} must be a positive number")
+
+
+def _check_tuner(name: str) -> None:
+    from autotune.errors import AutotuneError
+    from search import TUNERS
+
+    if name != "auto" and name not in TUNERS:
+        raise AutotuneError(f"unknown tuner {name!r}; choose auto or one of {', '.join(TUNERS)}")
+
+
+def _history_exists(location: str | None) -> bool:
+    """compile reads history if there is one; a missing default file means 'no history'."""
+    from history import resolve_location
+
+    url = resolve_location(location)
+    if not url.startswith("sqlite:///"):
+        return True
+    return Path(url[len("sqlite:///"):]).exists() or location is not None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("autotune: interrupted; measurements so far are kept in history", file=sys.stderr)
+        return 130
+    except Exception as err:  # one clear line for the user's mistakes; tracebacks for ours
+        from autotune.errors import AutotuneError
+
+        user_errors: tuple[type[BaseException], ...] = (AutotuneError,)
+        try:
+            from history import HistoryError
+
+            user_errors += (HistoryError,)
+        except ImportError:
+            pass
+        if isinstance(err, user_errors):
+            print(f"autotune: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

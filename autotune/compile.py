@@ -1,0 +1,168 @@
+"""Apply the best schedules from history to a model and export a deployable module.
+
+Each layer gets its best verified history config when one exists and fits the current
+knob space; every other layer keeps TVM's default (dlight on CUDA), so every model
+compiles whether or not it was ever tuned. The export is written atomically: a failed
+compile leaves no partial ``.so`` behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.target import TargetSpec
+
+DEFAULT_SPACE_PREFIX = "tvm-default:"
+
+
+def default_space_id(target: TargetSpec) -> str:
+    """History's space id for 'TVM's own default schedule' records (the baseline)."""
+    return f"{DEFAULT_SPACE_PREFIX}{target.kind}"
+
+
+@dataclass
+class Applied:
+    """What compile did per layer (shown to the user, stored next to the export)."""
+
+    layers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def tuned(self) -> int:
+        return sum(1 for v in self.layers.values() if v["schedule"] == "history")
+
+
+def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None = None):
+    """Replace each layer's PrimFunc with its best history schedule, where there is one."""
+    from templates import InvalidConfig
+    from templates.meta_schedule_space import MetaScheduleSpace
+
+    spaces = spaces if spaces is not None else {}
+    applied = Applied()
+    tvm_target = target.tvm_target
+    for layer in layers:
+        entry: dict[str, Any] = {"workload_key": layer.workload_key, "schedule": "default", "record_id": None}
+        applied.layers[layer.name] = entry
+        record = store.best(layer.workload_key, target.key) if store is not None else None
+        if record is None or record.space_id.startswith(DEFAULT_SPACE_PREFIX):
+            if record is not None:
+                entry["record_id"] = record.id
+            continue
+        space = spaces.get(layer.workload_key)
+        if space is None:
+            space = spaces[layer.workload_key] = MetaScheduleSpace(layer.func, tvm_target, name=layer.name)
+        if record.space_id != space.space_id or not space.contains(record.config):
+            entry["note"] = "history config is for another knob space version"
+            continue
+        try:
+            scheduled = space.apply(record.config)["main"]
+        except InvalidConfig as err:
+            entry["note"] = f"history config no longer valid: {err}"
+            continue
+        func = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+        mod.update_func(mod.get_global_var(layer.name), func)
+        entry.update(schedule="history", record_id=record.id, latency=record.latency_median)
+    return mod, applied
+
+
+def build(mod, target: TargetSpec):
+    """Relax module (fused, partly scheduled) -> VM executable for ``target``."""
+    import tvm
+    from tvm import relax
+
+    from autotune.defaults import gpu_default_pass
+
+    tvm_target = target.tvm_target
+    try:
+        with tvm_target:
+            if target.kind == "cuda":
+                from autotune.measure import _use_nvcc
+
+                _use_nvcc()
+                mod = gpu_default_pass()(mod)
+            return relax.build(mod, target=tvm_target, relax_pipeline=relax.get_pipeline("default"))
+    except Exception as err:
+        lines = [ln for ln in str(err).splitlines() if ln.strip()]
+        raise AutotuneError(f"compiling the model for {target.kind} failed: {(lines[-1] if lines else err)}") from None
+
+
+def export(executable, out: str | os.PathLike, metadata: dict[str, Any]) -> Path:
+    """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically."""
+    out = Path(out)
+    if out.is_dir():
+        raise AutotuneError(f"--out is a directory: {out}")
+    parent = out.resolve().parent
+    if not parent.exists():
+        raise AutotuneError(f"output directory does not exist: {parent}")
+    if not os.access(parent, os.W_OK):
+        raise AutotuneError(f"output directory is not writable: {parent}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".so", dir=parent)
+    os.close(fd)
+    meta_tmp = tmp + ".json"
+    try:
+        executable.export_library(tmp)
+        with open(meta_tmp, "w", encoding="utf-8") as fh:
+            json.dump(metadata, fh, indent=2, sort_keys=True)
+        os.replace(tmp, out)
+        os.replace(meta_tmp, sidecar(out))
+    except Exception as err:
+        for path in (tmp, meta_tmp):
+            if os.path.exists(path):
+                os.remove(path)
+        if isinstance(err, AutotuneError):
+            raise
+        raise AutotuneError(f"exporting {out} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err}") from None
+    return out
+
+
+def sidecar(path: str | os.PathLike) -> Path:
+    return Path(str(path) + ".json")
+
+
+def compile_model(
+    model: str,
+    out: str | os.PathLike,
+    *,
+    target: TargetSpec,
+    store=None,
+    input_shapes=None,
+    size: int | None = None,
+    batch_size: int = 1,
+) -> dict[str, Any]:
+    """The whole ``autotune compile`` command as a function: returns its summary."""
+    from autotune import decompose, frontend
+
+    spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
+    layers = decompose.decompose(mod, batch_size=batch_size)
+    mod, applied = apply_history(mod, layers, target, store)
+    executable = build(mod, target)
+    metadata = {
+        "format": "autotune-module",
+        "version": 1,
+        "model": spec.name,
+        "source": spec.source,
+        "model_digest": spec.digest,
+        "target": target.config,
+        "target_kind": target.kind,
+        "target_key": target.key,
+        "inputs": {k: {"shape": list(v), "dtype": spec.input_dtypes.get(k, "float32")} for k, v in spec.input_shapes.items()},
+        "outputs": spec.output_names,
+        "layers": applied.layers,
+    }
+    if spec.source.startswith("zoo:"):
+        metadata["zoo"] = {"name": spec.name, "size": size, "batch_size": batch_size}
+    path = export(executable, out, metadata)
+    return {
+        "out": str(path),
+        "metadata": str(sidecar(path)),
+        "model": spec.name,
+        "target": target.key,
+        "layers": len(layers),
+        "tuned_layers": applied.tuned,
+        "schedules": applied.layers,
+    }

@@ -1,0 +1,364 @@
+"""``autotune tune``: the measured tuning loop over every layer of a model.
+
+Per layer: match against history, pick a tuner, then ask -> apply -> build/run -> write
+to history -> tell, until the layer's share of the budget is spent; finally verify the
+winner numerically before it is marked best. Every measurement is committed as it is
+made, so a killed run loses nothing and the next run resumes (configs already measured
+are never measured again).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from autotune.errors import AutotuneError
+from autotune.measure import MeasureOptions, Measurement
+from autotune.target import TargetSpec
+
+#: How many of the best candidates to try verifying before giving up on a layer.
+VERIFY_CANDIDATES = 3
+
+
+@dataclass
+class TuneOptions:
+    trials: int = 64
+    tuner: str = "auto"
+    batch: int = 8
+    seed: int = 0
+    min_trials: int = 4
+    max_layers: int | None = None
+    verify: bool = True
+    model_latency: bool = True
+    high: float = 0.8
+    low: float = 0.05
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
+
+
+@dataclass
+class LayerOutcome:
+    name: str
+    report: dict[str, Any]
+
+
+def split_budget(weights: list[float], budget: int, min_trials: int) -> list[int]:
+    """Trials per layer in proportion to estimated time, at least ``min_trials`` each for
+    the layers that get any; when the budget cannot cover everyone, the heaviest win."""
+    n = len(weights)
+    if n == 0 or budget <= 0:
+        return [0] * n
+    order = sorted(range(n), key=lambda i: -weights[i])
+    funded = order[: max(1, min(n, budget // max(min_trials, 1)))]
+    total = sum(weights[i] for i in funded) or 1.0
+    alloc = [0] * n
+    spare = budget - min_trials * len(funded)
+    shares = {i: spare * weights[i] / total for i in funded}
+    for i in funded:
+        alloc[i] = min_trials + int(math.floor(shares[i]))
+    left = budget - sum(alloc)
+    for i in sorted(funded, key=lambda i: -(shares[i] - math.floor(shares[i]))):
+        if left <= 0:
+            break
+        alloc[i] += 1
+        left -= 1
+    return alloc
+
+
+def estimate_seconds(layer, peak_flops: float, peak_bw: float) -> float:
+    """Roofline time of one call, times how often the model calls it."""
+    return layer.occurrences * max(layer.flops / peak_flops, layer.bytes / peak_bw)
+
+
+class TuneSession:
+    """One ``autotune tune`` run: owns the measurer, history, tracker and reporter."""
+
+    def __init__(self, target: TargetSpec, store, options: TuneOptions, *, tracker=None, reporter=None) -> None:
+        from autotune.progress import make_reporter
+        from autotune.tracking import Tracker
+
+        self.target = target
+        self.store = store
+        self.options = options
+        self.tracker = tracker or Tracker.create(False)
+        self.reporter = reporter or make_reporter("quiet")
+        self.run_id = uuid.uuid4().hex[:12]
+        self._measurer = None
+        self.spaces: dict[str, Any] = {}
+
+    @property
+    def measurer(self):
+        from autotune.measure import Measurer
+
+        if self._measurer is None:
+            self._measurer = Measurer(self.target, self.options.measure)
+        return self._measurer
+
+    def close(self) -> None:
+        if self._measurer is not None:
+            self._measurer.close()
+            self._measurer = None
+
+    # --- one model ---------------------------------------------------------------------
+    def tune_model(self, model: str, *, input_shapes=None, size: int | None = None, batch_size: int = 1) -> dict[str, Any]:
+        import tvm
+
+        from autotune import decompose, frontend, roofline
+        from history import WorkloadInfo
+
+        opts = self.options
+        if not (self.target.has_device or opts.measure.rpc):
+            raise AutotuneError(
+                f"cannot measure on {self.target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
+            )
+        spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
+        layers = decompose.decompose(mod, batch_size=batch_size)
+        self.store.register_target(self.target.history_info())
+        for layer in layers:
+            self.store.register_workload(
+                WorkloadInfo(layer.workload_key, layer.batch_invariant_key, layer.op_class, layer.descriptor(), layer.flops, tuple(layer.features()))
+            )
+        peaks = roofline.peaks_for_target({"kind": self.target.kind, "device_name": self.target.device_name})
+        tunable = [l for l in layers if l.tunable]
+        est = {l.name: estimate_seconds(l, peaks.peak_flops, peaks.peak_bw) for l in layers}
+        total_est = sum(est.values()) or 1.0
+        if opts.max_layers is not None:
+            tunable = sorted(tunable, key=lambda l: -est[l.name])[: opts.max_layers]
+        budget = split_budget([est[l.name] for l in tunable], opts.trials, opts.min_trials)
+
+        report: dict[str, Any] = {
+            "run_id": self.run_id,
+            "model": spec.name,
+            "model_source": spec.source,
+            "target": {"kind": self.target.kind, "arch": self.target.arch, "device_name": self.target.device_name, "config": self.target.config},
+            "budget": opts.trials,
+            "history": self.store.url,
+            "tuner": opts.tuner,
+            "versions": {"autotune": _version(), "tvm": tvm.__version__},
+            "roofline": peaks.to_dict(),
+            "layers": [],
+        }
+        from autotune.tracking import report_params
+
+        self.tracker.start(f"tune-{spec.name}", params=report_params(report), tags={"autotune.run_id": self.run_id})
+        self.store.start_run(self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner, params={"trials": opts.trials, "tuner": opts.tuner, "model": spec.source})
+        status = "failed"
+        try:
+            self.reporter.start_model(spec.name, [(l.name, n) for l, n in zip(tunable, budget)])
+            if opts.model_latency:
+                report["model_latency_before"] = self.model_latency(mod, layers, use_history=False)
+            for layer, trials in zip(tunable, budget):
+                outcome = self.tune_layer(layer, trials)
+                outcome["share"] = est[layer.name] / total_est
+                report["layers"].append(outcome)
+            if opts.model_latency:
+                report["model_latency_after"] = self.model_latency(mod, layers, use_history=True)
+            status = "finished"
+        except KeyboardInterrupt:
+            status = "killed"
+            raise
+        finally:
+            self.reporter.close()
+            self.store.finish_run(self.run_id, status, {"layers": len(report["layers"])})
+        return report
+
+    def model_latency(self, mod, layers, *, use_history: bool) -> float | None:
+        """Whole-model latency on the device, default schedules or history's best."""
+        from autotune import compile as compiler
+        from autotune.run import _flatten  # noqa: F401
+
+        import tvm
+        from tvm import relax
+
+        try:
+            work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+            if use_history:
+                work, _ = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
+            ex = compiler.build(work, self.target)
+            dev = self.target.device()
+            vm = relax.VirtualMachine(ex, dev)
+            params = mod["main"].params
+            args = []
+            import numpy as np
+
+            rng = np.random.default_rng(0)
+            for p in params:
+                shape = [int(d) for d in p.struct_info.shape] if hasattr(p, "struct_info") else [int(d) for d in p.ty.shape]
+                args.append(tvm.runtime.tensor(rng.standard_normal(shape).astype("float32"), dev))
+            timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
+            return float(np.median(timer(*args).results))
+        except Exception as err:  # a model-level timing failure must not lose the tune
+            self.reporter.message(f"model latency not measured: {str(err).strip().splitlines()[-1][:200]}")
+            return None
+
+    # --- one layer ---------------------------------------------------------------------
+    def tune_layer(self, layer, trials: int) -> dict[str, Any]:
+        from autotune import dispatch
+        from autotune.compile import default_space_id
+        from history.match import match
+        from history import WorkloadInfo
+        from search import make_tuner
+        from templates.space import config_from_json
+
+        opts = self.options
+        wl = WorkloadInfo(layer.workload_key, layer.batch_invariant_key, layer.op_class, layer.descriptor(), layer.flops, tuple(layer.features()))
+        m = match(self.store, wl, self.target.key)
+        decision = dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
+        out: dict[str, Any] = {
+            "name": layer.name,
+            "op_class": layer.op_class,
+            "workload_key": layer.workload_key,
+            "occurrences": layer.occurrences,
+            "flops": layer.flops,
+            "bytes": layer.bytes,
+            "match_score": m.score,
+            "match": m.to_dict(),
+            "dispatch": decision.dispatch,
+            "tuner": decision.tuner,
+            "trials": 0,
+            "curve": [],
+        }
+        self.reporter.start_layer(layer.name, 0 if m.exact else trials, decision.tuner, m.score)
+        default = self.default_latency(layer)
+        out["default_latency"] = default
+        with self.tracker.layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class, "trials_budget": trials}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch}):
+            if m.exact:
+                out["best_latency"] = m.best.latency_median
+                out["best_record_id"] = m.best.id
+                out["speedup"] = _ratio(default, out["best_latency"])
+                self.reporter.end_layer(layer.name, out)
+                return out
+            space = self._space(layer)
+            priors = self._priors(layer, m, space)
+            tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
+            # Resume: what earlier runs measured for this exact layer is known, not re-measured.
+            earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
+            from search.tuner import TrialResult
+
+            tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
+            done, invalid, best = 0, 0, min((r.latency_median for r in earlier if r.ok), default=None)
+            while done < trials and invalid < 20 * max(trials, 1):
+                configs = tuner.ask(min(opts.batch, trials - done))
+                if not configs:
+                    break
+                results, n_measured = self._measure(layer, space, configs, decision.tuner)
+                tuner.tell(results)
+                invalid += len(configs) - n_measured
+                for res in results:
+                    if res.status == "invalid":
+                        continue
+                    done += 1
+                    if res.ok and (best is None or res.latency < best):
+                        best = res.latency
+                    out["curve"].append([done, best])
+                    if best is not None:
+                        self.tracker.log_trial(done, best, layer.flops)
+                self.reporter.trial(layer.name, done, best)
+            out["trials"] = done
+            out["invalid"] = invalid
+            winner = self._verify_best(layer, space) if opts.verify else self.store.best(layer.workload_key, self.target.key)
+            if winner is not None:
+                out["best_latency"] = winner.latency_median
+                out["best_record_id"] = winner.id
+                out["best_config"] = winner.config if winner.space_id == space.space_id else None
+                out["verified"] = winner.verified
+            else:
+                out["best_latency"] = None
+            out["speedup"] = _ratio(default, out.get("best_latency"))
+        self.reporter.end_layer(layer.name, out)
+        return out
+
+    def _space(self, layer):
+        from templates.meta_schedule_space import MetaScheduleSpace
+
+        space = self.spaces.get(layer.workload_key)
+        if space is None:
+            space = self.spaces[layer.workload_key] = MetaScheduleSpace(layer.func, self.target.tvm_target, name=layer.name)
+        return space
+
+    def _priors(self, layer, m, space) -> list:
+        """Best configs of similar layers, as evidence for the transfer tuners."""
+        from search.tuner import PriorRecord
+
+        priors = []
+        for nb in m.neighbours:
+            for rec in self.store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=2000):
+                priors.append(
+                    PriorRecord(rec.config, rec.latency_median, nb.similarity, tuple(nb.workload.features), nb.workload.key, rec.status)
+                )
+        return priors
+
+    def default_latency(self, layer) -> float | None:
+        """TVM's default schedule for this layer, measured once and kept in history."""
+        from autotune.compile import default_space_id
+        from autotune.defaults import default_schedule
+
+        space_id = default_space_id(self.target)
+        known = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id, status="ok")
+        if known:
+            return known[-1].latency_median
+        try:
+            mod = default_schedule(layer.func, self.target)
+        except Exception as err:
+            self.reporter.message(f"{layer.name}: no default schedule ({str(err).splitlines()[-1][:120]})")
+            return None
+        (res,) = self.measurer.measure([mod])
+        self.store.add_record(
+            workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id, config={},
+            samples=res.samples, status=res.status, error=res.error, run_id=self.run_id, tuner="default", verified=True if res.status == "ok" else None,
+        )
+        return res.latency
+
+    def _measure(self, layer, space, configs, tuner_name: str):
+        """Apply, build and time a batch; every outcome is written to history at once."""
+        from search.tuner import TrialResult
+        from templates import InvalidConfig
+
+        mods, slots, results = [], [], [None] * len(configs)
+        for i, cfg in enumerate(configs):
+            try:
+                mods.append(space.apply(cfg))
+                slots.append(i)
+            except InvalidConfig as err:
+                self.store.add_record(
+                    workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id, config=cfg,
+                    samples=[], status="invalid", error=str(err), run_id=self.run_id, tuner=tuner_name,
+                )
+                results[i] = TrialResult(cfg, None, "invalid")
+        measured: list[Measurement] = self.measurer.measure(mods) if mods else []
+        for i, res in zip(slots, measured):
+            self.store.add_record(
+                workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id, config=configs[i],
+                samples=res.samples, status=res.status, error=res.error, run_id=self.run_id, tuner=tuner_name,
+            )
+            results[i] = TrialResult(configs[i], res.latency, res.status)
+        return [r for r in results if r is not None], len(slots)
+
+    def _verify_best(self, layer, space):
+        """Check the fastest unverified candidates against the reference until one holds."""
+        from autotune import verify
+
+        for _ in range(VERIFY_CANDIDATES):
+            rec = self.store.best(layer.workload_key, self.target.key)
+            if rec is None or rec.verified is True:
+                return rec
+            if rec.space_id != space.space_id or not space.contains(rec.config):
+                return rec
+            problem = verify.check(space.apply(rec.config), layer.func, self.target)
+            self.store.set_verified(rec.id, problem is None, problem)
+            if problem is None:
+                return self.store.best(layer.workload_key, self.target.key)
+            self.reporter.message(f"{layer.name}: record {rec.id} rejected: {problem}")
+        return self.store.best(layer.workload_key, self.target.key)
+
+
+def _ratio(default: float | None, best: float | None) -> float | None:
+    return default / best if default and best else None
+
+
+def _version() -> str:
+    from autotune import __version__
+
+    return __version__

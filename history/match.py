@@ -1,0 +1,99 @@
+"""How well history covers a layer: the match score that picks the tuner.
+
+1.0 means the same workload on the same target has a measured winner: reuse it.
+Otherwise the score is the best importance-weighted similarity of this layer's
+features to a layer of the same op class that history has measured. Results for the
+same layer at another batch size (same batch-invariant key) count as near-exact:
+batch rarely changes the winning schedule. Records from other hardware inform
+transfer but are discounted and never count as an exact hit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .models import Record, WorkloadInfo
+from .store import HistoryStore
+
+#: Similarity given to the same layer at another batch size.
+SAME_LAYER_OTHER_BATCH = 0.95
+#: Factor applied to evidence measured on another target.
+OTHER_TARGET_DISCOUNT = 0.5
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    workload: WorkloadInfo
+    target_key: str
+    similarity: float
+    best_latency: float | None
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    score: float
+    exact: bool
+    best: Record | None = None
+    neighbours: tuple[Neighbour, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        return {
+            "score": round(self.score, 4),
+            "exact": self.exact,
+            "best_record_id": self.best.id if self.best else None,
+            "neighbours": [
+                {"workload_key": n.workload.key, "target_key": n.target_key, "similarity": round(n.similarity, 4)}
+                for n in self.neighbours
+            ],
+        }
+
+
+def similarity(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None) -> float:
+    """exp(-weighted mean absolute difference): 1 for equal features, -> 0 when far.
+
+    Features are on log scales (see the layer decomposition), so a difference of 1 is a
+    factor of two in a dimension.
+    """
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0.0
+    w = list(weights[:n]) if weights is not None and len(weights) >= n else [1.0] * n
+    total = sum(w) or 1.0
+    dist = sum(wi * abs(float(x) - float(y)) for wi, x, y in zip(w, a[:n], b[:n])) / total
+    return math.exp(-dist)
+
+
+def match(
+    store: HistoryStore,
+    workload: WorkloadInfo,
+    target_key: str,
+    *,
+    weights: Sequence[float] | None = None,
+    max_neighbours: int = 8,
+) -> MatchResult:
+    """Score ``workload`` against everything history holds for its op class."""
+    best = store.best(workload.key, target_key)
+    if best is not None:
+        return MatchResult(1.0, True, best)
+    neighbours: list[Neighbour] = []
+    for row in store.summary():
+        if row["n_ok"] == 0 or row["op_class"] != workload.op_class:
+            continue
+        other = store.workload(row["workload_key"])
+        if other is None:
+            continue
+        if other.key == workload.key:
+            sim = 1.0  # same layer measured on another target
+        elif other.batch_invariant_key == workload.batch_invariant_key:
+            sim = SAME_LAYER_OTHER_BATCH
+        else:
+            sim = similarity(workload.features, other.features, weights)
+        if row["target_key"] != target_key:
+            sim *= OTHER_TARGET_DISCOUNT
+        neighbours.append(Neighbour(other, row["target_key"], sim, row["best_latency"]))
+    neighbours.sort(key=lambda n: -n.similarity)
+    neighbours = neighbours[:max_neighbours]
+    score = neighbours[0].similarity if neighbours else 0.0
+    return MatchResult(min(score, 0.99), False, None, tuple(neighbours))
