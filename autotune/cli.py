@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true", help="skip the numerical check of each layer's winner")
     p.add_argument("--no-model-latency", action="store_true", help="skip timing the whole model before and after")
     p.add_argument("--out-dir", help="where the report, CSV and plot go (default ~/.autotune/runs/RUN_ID)")
+    p.add_argument("--out", "-o", help="also compile the tuned model and export it here (e.g. model.so)")
     p.add_argument("--mlflow-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or a local store in ~/.autotune)")
     p.add_argument("--no-mlflow", action="store_true", help="do not record the run in MLflow")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -173,6 +174,16 @@ def cmd_tune(args) -> int:
             report = session.tune_model(args.model, input_shapes=shapes, size=args.size, batch_size=args.batch_size)
             out_dir = Path(args.out_dir) if args.out_dir else _home() / "runs" / session.run_id
             report["mlflow_run_id"] = tracker.run_id
+            for path in _write_decomposition(session.decomposition, out_dir):
+                tracker.log_artifact(str(path))
+            if args.out:
+                from autotune.compile import compile_model, sidecar
+
+                report["export"] = compile_model(
+                    args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size
+                )
+                tracker.log_artifact(args.out, "module")
+                tracker.log_artifact(str(sidecar(args.out)), "module")
             finish_with_report(tracker, report, out_dir)
     finally:
         session.close()
@@ -183,6 +194,18 @@ def cmd_tune(args) -> int:
         print(reporting.format_table(report))
         print(f"report: {out_dir}" + (f"   mlflow run: {tracker.run_id}" if tracker.run_id else ""))
     return 0
+
+
+def _write_decomposition(layers, out_dir: Path) -> list[Path]:
+    """The model's layer table, as text and JSON, beside the run's report."""
+    from autotune.decompose import format_table
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = out_dir / "decomposition.txt"
+    text.write_text(format_table(layers), encoding="utf-8")
+    data = out_dir / "decomposition.json"
+    data.write_text(json.dumps([layer.to_dict() for layer in layers], indent=1), encoding="utf-8")
+    return [text, data]
 
 
 def cmd_layers(args) -> int:

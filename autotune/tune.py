@@ -87,6 +87,7 @@ class TuneSession:
         self.run_id = uuid.uuid4().hex[:12]
         self._measurer = None
         self.spaces: dict[str, Any] = {}
+        self.decomposition: list = []
 
     @property
     def measurer(self):
@@ -140,6 +141,7 @@ class TuneSession:
             "roofline": peaks.to_dict(),
             "layers": [],
         }
+        self.decomposition = layers
         from autotune.tracking import report_params
 
         self.tracker.start(f"tune-{spec.name}", params=report_params(report), tags={"autotune.run_id": self.run_id})

@@ -57,7 +57,7 @@ def tuned(workdir):
     code = main([
         "tune", str(model), "--target", "llvm", "--trials", "12", "--batch", "4", "--tuner", "random",
         "--history", str(history), "--mlflow-uri", f"sqlite:///{mlruns}", "--quiet", "--json",
-        "--out-dir", str(workdir / "run"),
+        "--out-dir", str(workdir / "run"), "--out", str(workdir / "tuned.so"),
     ])
     assert code == 0
     return model, history, mlruns
@@ -132,6 +132,15 @@ def test_mlflow_run_recorded(tuned, workdir):
     assert run.data.params["model"] == "small"
     history = client.get_metric_history(run.info.run_id, "model_latency_after_ms")
     assert history and history[-1].value > 0
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"decomposition.txt", "decomposition.json", "report.json", "report.csv", "convergence.png"} <= names
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "module")} == {"module/tuned.so", "module/tuned.so.json"}
+    layers = [r for r in client.search_runs([run.info.experiment_id]) if r.data.tags.get("mlflow.parentRunId") == run.info.run_id]
+    assert {r.data.tags["dispatch"] for r in layers} == {"override"}
+    conv = next(r for r in layers if r.data.params.get("op_class") == "conv2d")
+    steps = client.get_metric_history(conv.info.run_id, "best_latency_ms")
+    assert [m.step for m in steps] == sorted(m.step for m in steps) and len(steps) >= 2
+    assert all(b.value <= a.value for a, b in zip(steps, steps[1:]))  # best-so-far never rises
 
 
 def test_history_export_import_roundtrip(tuned, workdir, capsys):

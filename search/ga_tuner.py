@@ -1,0 +1,393 @@
+"""Genetic search: plain DEAP GA ("ga") and the history-guided GA ("gga").
+
+Genes are knob candidate indices, fitness is measured throughput (1 / latency; failed
+configs get 0). Ask/tell drive generations: :meth:`ask` hands out the current
+generation's unmeasured individuals, :meth:`tell` sets their fitness, and once they are
+used up the next generation is bred (elites of everything measured so far carry over
+without re-measurement). Offspring that repeat a measured or asked config are mutated
+again, so every asked individual is new.
+
+The guided GA adds history in two places, after the DAC 2020 history-based tuner:
+
+* the first population starts from the best prior configs mapped onto this space
+  (ordered by similarity x normalized performance) plus random individuals;
+* an *elite-gene dictionary* -- per knob, a probability over candidates, built from the
+  elite individuals of the current population and the elite records of each prior
+  workload, each weighted by normalized performance and parallelism (threads per block:
+  configs that fill the machine transfer better across shapes) -- steers mutation (draw
+  from it with probability ``p_elite``, else uniformly) and crossover (each child takes,
+  per gene, one of its parents' genes with odds given by the dictionary). The priors'
+  share of the dictionary decays with each generation as the population's own elites
+  become evidence.
+
+DEAP operators draw from Python's global ``random``; each tuner swaps in its own state
+around DEAP calls so runs are reproducible per seed and tuners don't disturb each other
+(not thread-safe: drive one tuner per thread at a time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from deap import base, creator, tools
+
+from search.features import encoder_for
+from search.similarity import filter_priors
+from search.tuner import PriorRecord, TrialResult, Tuner
+from templates.space import Config, KnobSpace
+
+__all__ = ["GATuner", "GuidedGATuner"]
+
+if not hasattr(creator, "AutotuneFitnessMax"):
+    creator.create("AutotuneFitnessMax", base.Fitness, weights=(1.0,))
+if not hasattr(creator, "AutotuneIndividual"):
+    creator.create("AutotuneIndividual", list, fitness=creator.AutotuneFitnessMax)
+
+Key = tuple[int, ...]
+
+
+class GATuner(Tuner):
+    """Generational GA: tournament selection, uniform crossover, redraw mutation, elitism."""
+
+    name = "ga"
+    guided = False
+
+    def __init__(
+        self,
+        space: KnobSpace,
+        *,
+        seed: int = 0,
+        priors: Sequence[PriorRecord] = (),
+        layer_features: Sequence[float] = (),
+        pop_size: int = 32,
+        n_elite: int = 4,
+        tournsize: int = 3,
+        cxpb: float = 0.9,
+        cx_indpb: float = 0.5,
+        mut_indpb: float | None = None,
+        similarity_threshold: float = 0.5,
+        seed_frac: float = 0.5,
+        elite_frac: float = 0.25,
+        p_elite: float = 0.7,
+        prior_weight: float = 1.0,
+    ) -> None:
+        super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
+        self.pop_size = max(2, pop_size)
+        self.n_elite = min(n_elite, self.pop_size - 1)
+        self.cxpb = cxpb
+        self.cx_indpb = cx_indpb
+        self.sizes = [len(k) for k in space.knobs]
+        self.mut_indpb = mut_indpb if mut_indpb is not None else max(1.0 / len(self.sizes), 0.1)
+        self.similarity_threshold = similarity_threshold
+        self.seed_frac = seed_frac
+        self.elite_frac = elite_frac
+        self.p_elite = p_elite
+        self.prior_weight = prior_weight
+        self._py_state = random.Random(seed).getstate()
+        self._encoder = encoder_for(space)
+        self.toolbox = base.Toolbox()
+        self.toolbox.register("select", tools.selTournament, tournsize=tournsize)
+        self._register_operators()
+        self._fit: dict[Key, float] = {}
+        self._gen: list[Any] = []
+        self._pending: list[Any] = []
+        self.generation = -1
+
+    def _register_operators(self) -> None:
+        self.toolbox.register("mate", tools.cxUniform, indpb=self.cx_indpb)
+        self.toolbox.register(
+            "mutate",
+            tools.mutUniformInt,
+            low=[0] * len(self.sizes),
+            up=[s - 1 for s in self.sizes],
+            indpb=self.mut_indpb,
+        )
+
+    @contextlib.contextmanager
+    def _own_random(self) -> Iterator[None]:
+        saved = random.getstate()
+        random.setstate(self._py_state)
+        try:
+            yield
+        finally:
+            self._py_state = random.getstate()
+            random.setstate(saved)
+
+    # --- individuals ----------------------------------------------------------------------
+    def _individual(self, genes: Sequence[int], fitness: float | None = None) -> Any:
+        ind = creator.AutotuneIndividual(int(g) for g in genes)
+        if fitness is not None:
+            ind.fitness.values = (fitness,)
+        return ind
+
+    def _is_new(self, key: Key, taken: set[Key]) -> bool:
+        if key in taken or key in self._fit:
+            return False
+        cfg = self.space.from_indices(key)
+        return not self.is_seen(cfg) and self.space.is_plausible(cfg)
+
+    def _random_new(self, taken: set[Key]) -> Any | None:
+        for _ in range(64):
+            key = self._encoder.exact_indices(self.space.random_config(self.rng))
+            if key is not None and self._is_new(key, taken):
+                return self._individual(key)
+        return None
+
+    def _novel(self, ind: Any, taken: set[Key]) -> Any | None:
+        """``ind`` made new: re-mutated while it repeats a known config, else a random one."""
+        for _ in range(20):
+            key = tuple(ind)
+            if self._is_new(key, taken):
+                return ind
+            self.toolbox.mutate(ind)
+            if tuple(ind) == key:  # mutation drew nothing new: force one gene
+                g = int(self.rng.integers(len(self.sizes)))
+                if self.sizes[g] > 1:
+                    ind[g] = int((ind[g] + 1 + self.rng.integers(self.sizes[g] - 1)) % self.sizes[g])
+        return self._random_new(taken)
+
+    # --- generations ----------------------------------------------------------------------
+    def _initial_population(self) -> list[Any]:
+        taken: set[Key] = set()
+        pop: list[Any] = []
+        for key in self._seed_keys():
+            if len(pop) >= self.pop_size:
+                break
+            if self._is_new(key, taken):
+                taken.add(key)
+                pop.append(self._individual(key))
+        while len(pop) < self.pop_size:
+            ind = self._random_new(taken)
+            if ind is None:
+                break
+            taken.add(tuple(ind))
+            pop.append(ind)
+        return pop
+
+    def _seed_keys(self) -> list[Key]:
+        return []
+
+    def _archive_elites(self) -> list[Any]:
+        best = sorted(self._fit.items(), key=lambda kv: -kv[1])[: self.n_elite]
+        return [self._individual(k, f) for k, f in best if f > 0]
+
+    def _before_breeding(self, pool: list[Any]) -> None:
+        """Hook for the guided GA (updates its elite-gene dictionary)."""
+
+    def _breed(self) -> None:
+        self.generation += 1
+        if self.generation == 0:
+            pop = self._initial_population()
+            self._gen, self._pending = pop, list(pop)
+            return
+        pool = [ind for ind in self._gen if ind.fitness.valid]
+        keys = {tuple(ind) for ind in pool}
+        elites = self._archive_elites()
+        pool += [e for e in elites if tuple(e) not in keys]
+        taken: set[Key] = set()
+        offspring: list[Any] = []
+        if len(pool) < 2:
+            while len(offspring) < self.pop_size:
+                ind = self._random_new(taken)
+                if ind is None:
+                    break
+                taken.add(tuple(ind))
+                offspring.append(ind)
+        else:
+            self._before_breeding(pool)
+            target = self.pop_size - len(elites)
+            with self._own_random():
+                for _ in range(self.pop_size * 4):
+                    if len(offspring) >= target:
+                        break
+                    p1, p2 = (self.toolbox.clone(p) for p in self.toolbox.select(pool, 2))
+                    if random.random() < self.cxpb:
+                        self.toolbox.mate(p1, p2)
+                    for child in (p1, p2):
+                        if len(offspring) >= target:
+                            break
+                        self.toolbox.mutate(child)
+                        del child.fitness.values
+                        child = self._novel(child, taken)
+                        if child is not None:
+                            taken.add(tuple(child))
+                            offspring.append(child)
+        self._gen = elites + offspring
+        self._pending = list(offspring)
+
+    # --- ask / tell -----------------------------------------------------------------------
+    def propose(self, n: int) -> list[Config]:
+        out: list[Config] = []
+        breeds = 0
+        max_breeds = 2 + math.ceil(n / self.pop_size)
+        while len(out) < n:
+            if not self._pending:
+                if breeds >= max_breeds:
+                    break
+                self._breed()
+                breeds += 1
+                continue
+            ind = self._pending.pop(0)
+            cfg = self.space.from_indices(ind)
+            if self.is_seen(cfg):
+                continue
+            out.append(cfg)
+        return out
+
+    def tell(self, results: Sequence[TrialResult]) -> None:
+        super().tell(results)
+        touched: dict[Key, float] = {}
+        for res in results:
+            key = self._encoder.exact_indices(res.config)
+            if key is None:
+                continue
+            fit = 1.0 / res.latency if res.ok and res.latency > 0 else 0.0
+            self._fit[key] = fit
+            touched[key] = fit
+        for ind in self._gen:
+            f = touched.get(tuple(ind))
+            if f is not None:
+                ind.fitness.values = (f,)
+
+
+class GuidedGATuner(GATuner):
+    """GA seeded and steered by history: see the module docstring."""
+
+    name = "gga"
+    guided = True
+
+    def __init__(self, space: KnobSpace, **kwargs: Any) -> None:
+        super().__init__(space, **kwargs)
+        self.encoder = encoder_for(space)
+        self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
+        self._prior_perf = self._normalized_perf(self.priors)
+        self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
+        self.elite_dist: list[np.ndarray] = [np.full(s, 1.0 / s) for s in self.sizes]
+
+    @staticmethod
+    def _normalized_perf(priors: Sequence[PriorRecord]) -> np.ndarray:
+        """best latency of the record's workload / its latency; failures 0."""
+        best: dict[str, float] = {}
+        for r in priors:
+            if r.status == "ok" and r.latency and r.latency > 0:
+                best[r.workload_key] = min(best.get(r.workload_key, math.inf), r.latency)
+        return np.array(
+            [
+                best[r.workload_key] / r.latency if (r.status == "ok" and r.latency and r.latency > 0) else 0.0
+                for r in priors
+            ]
+        )
+
+    def _kept_priors(self, measured: Sequence[TrialResult]) -> tuple[np.ndarray, np.ndarray]:
+        if not self.priors:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        kept, idx = filter_priors(
+            self.priors,
+            self.layer_features,
+            None,
+            self.similarity_threshold,
+            measured=measured,
+            space=self.space,
+            mapped=self._prior_mapped,
+            return_indices=True,
+        )
+        return idx, kept.weights
+
+    def _seed_keys(self) -> list[Key]:
+        idx, sims = self._kept_priors(())
+        if not len(idx):
+            return []
+        score = sims * self._prior_perf[idx]
+        out: list[Key] = []
+        seen: set[Key] = set()
+        limit = int(round(self.seed_frac * self.pop_size))
+        for j in np.argsort(-score, kind="stable"):
+            if score[j] <= 0 or len(out) >= limit:
+                break
+            key = self._prior_mapped[idx[j]]
+            if key is not None and key not in seen:
+                seen.add(key)
+                out.append(key)
+        return out
+
+    # --- elite-gene dictionary ------------------------------------------------------------
+    @staticmethod
+    def _par_factor(par: np.ndarray) -> np.ndarray:
+        """Parallelism weight in (0, 1]: relative log2 parallelism among the contributors."""
+        if not len(par):
+            return par
+        top = max(float(par.max()), 0.0)
+        return (1.0 + np.maximum(par, 0.0)) / (1.0 + top)
+
+    def _elite_rows(self, keys: list[Key], perf: np.ndarray, par: np.ndarray) -> tuple[list[Key], np.ndarray]:
+        """Top ``elite_frac`` of rows by performance, weighted perf x parallelism, sum 1."""
+        order = [i for i in np.argsort(-perf, kind="stable") if perf[i] > 0]
+        order = order[: max(1, int(math.ceil(self.elite_frac * len(keys))))]
+        if not order:
+            return [], np.zeros(0)
+        w = perf[order] * self._par_factor(par[order])
+        return [keys[i] for i in order], w / w.sum()
+
+    def _before_breeding(self, pool: list[Any]) -> None:
+        smoothing = 0.05
+        counts = [np.full(s, smoothing / s) for s in self.sizes]
+        fits = np.array([ind.fitness.values[0] for ind in pool])
+        if len(fits) and fits.max() > 0:
+            keys = [tuple(ind) for ind in pool]
+            par = np.array([self.encoder.parallelism_log2(self.space.from_indices(k)) for k in keys])
+            ekeys, w = self._elite_rows(keys, fits / fits.max(), par)
+            for key, wt in zip(ekeys, w):
+                for g, v in enumerate(key):
+                    counts[g][v] += wt
+        idx, sims = self._kept_priors(self.state.results)
+        if len(idx):
+            mass = self.prior_weight / (1.0 + self.generation)
+            by_wk: dict[str, list[int]] = {}
+            for j, i in enumerate(idx):
+                if self._prior_mapped[i] is not None:
+                    by_wk.setdefault(self.priors[i].workload_key, []).append(j)
+            rows: list[Key] = []
+            weights: list[float] = []
+            for js in by_wk.values():
+                ii = idx[js]
+                ekeys, w = self._elite_rows(
+                    [self._prior_mapped[i] for i in ii], self._prior_perf[ii], self._prior_par[ii]
+                )
+                sim = float(np.mean(sims[js])) if js else 0.0
+                rows += ekeys
+                weights += list(w * sim)
+            total = sum(weights)
+            if total > 0:
+                for key, wt in zip(rows, weights):
+                    for g, v in enumerate(key):
+                        counts[g][v] += mass * wt / total
+        self.elite_dist = [c / c.sum() for c in counts]
+
+    # --- guided operators -----------------------------------------------------------------
+    def _register_operators(self) -> None:
+        self.toolbox.register("mate", self._guided_mate)
+        self.toolbox.register("mutate", self._guided_mutate)
+
+    def _guided_mutate(self, ind: Any) -> tuple[Any]:
+        for g, size in enumerate(self.sizes):
+            if size > 1 and self.rng.random() < self.mut_indpb:
+                if self.rng.random() < self.p_elite:
+                    ind[g] = int(self.rng.choice(size, p=self.elite_dist[g]))
+                else:
+                    ind[g] = int(self.rng.integers(size))
+        return (ind,)
+
+    def _guided_mate(self, a: Any, b: Any) -> tuple[Any, Any]:
+        for g in range(len(self.sizes)):
+            if a[g] == b[g]:
+                continue
+            ga, gb = a[g], b[g]
+            pa, pb = self.elite_dist[g][ga], self.elite_dist[g][gb]
+            odds = pa / (pa + pb) if pa + pb > 0 else 0.5
+            a[g] = ga if self.rng.random() < odds else gb
+            b[g] = ga if self.rng.random() < odds else gb
+        return a, b

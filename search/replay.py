@@ -1,0 +1,166 @@
+"""Replay recorded measurements to compare tuners without hardware.
+
+A :class:`ReplayBench` answers ``measure(configs)`` from a table of exported history
+records, so any tuner can be driven through the ask/tell loop exactly as the pipeline
+would drive it, and trajectories are reproducible (same tuner seed, same results).
+
+Configs missing from the table come back as status ``"invalid"`` by default. That is the
+conservative choice: inventing a latency (nearest neighbour) rewards tuners for
+exploiting the interpolation rather than the landscape, and the table's own optimum
+stays the true target. ``missing="nearest"`` is available for sparse tables where most
+proposals would otherwise be wasted; it answers with the latency of the recorded config
+nearest in feature space (:mod:`search.features`), marked ok.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from search.features import encoder_for
+from search.tuner import OK, TrialResult, Tuner
+from templates.space import Config, KnobSpace, config_to_json
+
+__all__ = ["ReplayBench", "run_tuner", "trials_to_within"]
+
+
+class ReplayBench:
+    """A lookup-table "device": recorded latency per config of one space."""
+
+    def __init__(
+        self,
+        space: KnobSpace,
+        records: Iterable[Mapping[str, Any]],
+        *,
+        missing: str = "invalid",
+        workload_key: str | None = None,
+        space_id: str | None = None,
+    ) -> None:
+        if missing not in ("invalid", "nearest"):
+            raise ValueError("missing must be 'invalid' or 'nearest'")
+        self.space = space
+        self.missing = missing
+        lat: dict[str, list[float]] = {}
+        status: dict[str, str] = {}
+        configs: dict[str, Config] = {}
+        self.skipped = 0
+        enc = encoder_for(space)
+        for rec in records:
+            if workload_key is not None and rec.get("workload_key") not in (None, workload_key):
+                continue
+            if space_id is not None and rec.get("space_id") not in (None, space_id):
+                continue
+            cfg = rec.get("config")
+            if not isinstance(cfg, Mapping) or enc.exact_indices(cfg) is None:
+                self.skipped += 1
+                continue
+            key = config_to_json(cfg)
+            configs[key] = dict(cfg)
+            value = _latency_of(rec)
+            st = rec.get("status", OK)
+            if st == OK and value is not None:
+                lat.setdefault(key, []).append(float(value))
+            elif key not in status:
+                status[key] = st if st != OK else "run_error"
+        # Repeated records of one config: median of the ok ones; ok wins over failures.
+        self.table: dict[str, TrialResult] = {}
+        for key, cfg in configs.items():
+            if key in lat:
+                self.table[key] = TrialResult(cfg, statistics.median(lat[key]), OK)
+            else:
+                self.table[key] = TrialResult(cfg, None, status.get(key, "invalid"))
+        self.n_measured = 0
+        self._nn: tuple[np.ndarray, list[TrialResult]] | None = None
+
+    @classmethod
+    def from_json(cls, space: KnobSpace, source: str | os.PathLike[str] | Mapping[str, Any], **kwargs: Any) -> "ReplayBench":
+        """From an exported dataset ``{"records": [...]}`` (path or loaded dict)."""
+        if isinstance(source, Mapping):
+            doc = source
+        else:
+            with open(source, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        records = doc.get("records") if isinstance(doc, Mapping) else doc
+        if not isinstance(records, list):
+            raise ValueError("a replay dataset needs a 'records' list")
+        return cls(space, records, **kwargs)
+
+    # --- queries --------------------------------------------------------------------------
+    @property
+    def best_known(self) -> float | None:
+        """The table's lowest ok latency: the target a tuner should reach."""
+        lats = [r.latency for r in self.table.values() if r.ok]
+        return min(lats) if lats else None
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def measure(self, configs: Sequence[Mapping[str, Any]]) -> list[TrialResult]:
+        out = []
+        for cfg in configs:
+            self.n_measured += 1
+            hit = self.table.get(config_to_json(cfg))
+            if hit is not None:
+                out.append(TrialResult(dict(cfg), hit.latency, hit.status))
+            elif self.missing == "nearest" and any(r.ok for r in self.table.values()):
+                near = self._nearest(cfg)
+                out.append(TrialResult(dict(cfg), near.latency, near.status))
+            else:
+                out.append(TrialResult(dict(cfg), None, "invalid"))
+        return out
+
+    def _nearest(self, cfg: Mapping[str, Any]) -> TrialResult:
+        enc = encoder_for(self.space)
+        if self._nn is None:
+            rows = [r for r in self.table.values() if r.ok]
+            X = enc.encode_configs([r.config for r in rows])
+            self._nn = (np.nan_to_num(X), rows)
+        X, rows = self._nn
+        x = np.nan_to_num(enc.encode_configs([cfg]))[0]
+        return rows[int(np.argmin(((X - x) ** 2).sum(axis=1)))]
+
+
+def _latency_of(rec: Mapping[str, Any]) -> float | None:
+    value = rec.get("latency_median", rec.get("latency"))
+    if value is None and rec.get("samples"):
+        value = statistics.median(rec["samples"])
+    return None if value is None else float(value)
+
+
+def run_tuner(
+    tuner: Tuner,
+    bench: Any,
+    trials: int,
+    batch: int = 8,
+    *,
+    stop_at: float | None = None,
+) -> list[TrialResult]:
+    """Drive ``tuner`` against ``bench`` (anything with ``measure(configs)``) for ``trials``.
+
+    Deterministic for a given tuner seed. ``stop_at``: stop early once a latency at or
+    below it is seen (saves time when only trials-to-target is wanted).
+    """
+    results: list[TrialResult] = []
+    while len(results) < trials:
+        configs = tuner.ask(min(batch, trials - len(results)))
+        if not configs:
+            break
+        got = bench.measure(configs)
+        tuner.tell(got)
+        results.extend(got)
+        if stop_at is not None and any(r.ok and r.latency <= stop_at for r in got):
+            break
+    return results
+
+
+def trials_to_within(results: Sequence[TrialResult], best_known: float, tol: float = 0.05) -> int | None:
+    """1-based number of trials until a latency within ``tol`` of ``best_known``; None if never."""
+    limit = best_known * (1.0 + tol)
+    for i, res in enumerate(results):
+        if res.ok and res.latency <= limit:
+            return i + 1
+    return None

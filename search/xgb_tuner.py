@@ -1,0 +1,334 @@
+"""Model-guided search: an XGBoost ranker scores configs, simulated annealing picks them.
+
+``XGBTuner`` ("xgb") is the cold AutoTVM-style tuner: random until it has ``min_train``
+results, then each batch retrains on its own measurements and anneals over the space
+with the model as fitness. ``TransferXGBTuner`` ("tl_xgb") trains on history as well:
+priors of similar layers (filtered by :func:`search.similarity.filter_priors`, one ranking
+group per workload weighted by similarity) plus its own results (their own group). With
+usable priors it needs no random warm-up: the first batch holds the best prior configs
+mapped onto this space plus the prior-only model's picks.
+
+A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
+narrow region is confidently wrong elsewhere and only exploration can show it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from search.cost_model import CostModel
+from search.features import FeatureEncoder, encoder_for
+from search.similarity import filter_priors, importance_weights
+from search.tuner import PriorRecord, Tuner
+from templates.space import Config, KnobSpace, config_to_json
+
+__all__ = ["TransferXGBTuner", "XGBTuner"]
+
+
+class XGBTuner(Tuner):
+    """Cold model-based tuner (ignores priors)."""
+
+    name = "xgb"
+    uses_priors = False
+
+    def __init__(
+        self,
+        space: KnobSpace,
+        *,
+        seed: int = 0,
+        priors: Sequence[PriorRecord] = (),
+        layer_features: Sequence[float] = (),
+        min_train: int = 8,
+        epsilon: float = 0.15,
+        sa_points: int = 128,
+        sa_iters: int = 40,
+        n_estimators: int = 50,
+        max_depth: int = 6,
+        nthread: int = 2,
+        similarity_threshold: float = 0.5,
+        max_prior_rows: int = 20000,
+        prior_seed_frac: float = 0.5,
+    ) -> None:
+        super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
+        self.min_train = min_train
+        self.epsilon = epsilon
+        self.sa_points = sa_points
+        self.sa_iters = sa_iters
+        self.similarity_threshold = similarity_threshold
+        self.max_prior_rows = max_prior_rows
+        self.prior_seed_frac = prior_seed_frac
+        self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features))
+        self.model = CostModel(
+            n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
+        )
+        self._sizes = np.array([len(k) for k in space.knobs], dtype=np.int64)
+        # Only spaces that override the static check pay for it during annealing.
+        self._checks_plausible = type(space).is_plausible is not KnobSpace.is_plausible
+        self._plausible: dict[tuple[int, ...], bool] = {}
+        self._mutable = np.flatnonzero(self._sizes > 1)
+        self._fitted_on = -1
+        self._prior_seeds: list[tuple[int, ...]] = []
+        self._n_prior_kept = 0
+        if self.uses_priors and self.priors:
+            self._prepare_priors()
+
+    # --- priors ---------------------------------------------------------------------------
+    def _prepare_priors(self) -> None:
+        """Featurize and map the priors once: they never change during a run."""
+        enc = self.encoder
+        recs = self.priors
+        self._prior_mapped: list[tuple[int, ...] | None] = []
+        n_layer = len(self.layer_features)
+        lf = np.full((len(recs), n_layer), np.nan)
+        for i, r in enumerate(recs):
+            vals = [float(v) for v in r.layer_features][:n_layer]
+            lf[i, : len(vals)] = vals
+        self._prior_X = enc.encode_configs([r.config for r in recs], lf, mapped=self._prior_mapped)
+        wkeys: dict[str, int] = {}
+        self._prior_group = np.array([wkeys.setdefault(r.workload_key, len(wkeys)) for r in recs])
+        lat = np.array(
+            [r.latency if (r.latency is not None and r.status == "ok" and r.latency > 0) else np.nan for r in recs],
+            dtype=float,
+        )
+        best = np.full(len(wkeys), np.nan)
+        for g in range(len(wkeys)):
+            vals = lat[self._prior_group == g]
+            if np.isfinite(vals).any():
+                best[g] = np.nanmin(vals)
+        with np.errstate(invalid="ignore"):
+            y = best[self._prior_group] / lat
+        self._prior_y = np.where(np.isfinite(y), y, 0.0)
+
+    def _filtered_priors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of usable priors, their similarity weights), re-judged on each fit."""
+        if not (self.uses_priors and self.priors):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        weights = importance_weights(self.model.importance, len(self.layer_features))
+        kept, idx = filter_priors(
+            self.priors,
+            self.layer_features,
+            weights if len(self.layer_features) else None,
+            self.similarity_threshold,
+            measured=self.state.results,
+            space=self.space,
+            mapped=self._prior_mapped,
+            return_indices=True,
+        )
+        return idx, kept.weights
+
+    def _subsample(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cap prior rows: half the best (by similarity x performance), half at random.
+
+        Training cost grows with rows while 20k rows already pin down a 50-tree model;
+        keeping the best rows preserves what matters most to transfer, the random half
+        keeps the model aware of what is bad.
+        """
+        cap = self.max_prior_rows
+        if len(idx) <= cap:
+            return idx, w
+        score = w * self._prior_y[idx]
+        order = np.argsort(-score, kind="stable")
+        top = order[: cap // 2]
+        rest = order[cap // 2 :]
+        pick = self.rng.choice(len(rest), size=cap - len(top), replace=False)
+        sel = np.sort(np.concatenate([top, rest[pick]]))
+        return idx[sel], w[sel]
+
+    # --- training -------------------------------------------------------------------------
+    def _own_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        rows, lats = [], []
+        for res in self.state.results:
+            idx = self.encoder.map_indices(res.config)
+            if idx is None:
+                continue
+            rows.append(idx)
+            lats.append(res.latency if res.ok and res.latency > 0 else np.nan)
+        if not rows:
+            return np.zeros((0, len(self._sizes)), dtype=np.int64), np.zeros(0)
+        lat = np.array(lats, dtype=float)
+        y = np.zeros(len(lat))
+        if np.isfinite(lat).any():
+            with np.errstate(invalid="ignore"):
+                y = np.where(np.isfinite(lat), np.nanmin(lat) / lat, 0.0)
+        return np.array(rows, dtype=np.int64), y
+
+    def _fit(self) -> bool:
+        """Retrain on priors + own results; False when there is nothing to learn from."""
+        own_idx, own_y = self._own_rows()
+        p_idx, p_w = self._filtered_priors()
+        p_idx, p_w = self._subsample(p_idx, p_w)
+        self._n_prior_kept = len(p_idx)
+        self._prior_seeds = self._seeds_from(p_idx, p_w)
+        parts_X, parts_y, parts_w, parts_g = [], [], [], []
+        if len(p_idx):
+            parts_X.append(self._prior_X[p_idx])
+            parts_y.append(self._prior_y[p_idx])
+            parts_w.append(p_w)
+            parts_g.append(self._prior_group[p_idx])
+        if len(own_idx):
+            n_own = len(own_idx)
+            prior_mass = float(p_w.sum()) if len(p_idx) else 0.0
+            # Pairs are sampled per row, so a group's pull is rows x weight: give our own
+            # measurements as much total pull as all priors together, growing in from a
+            # third while there are fewer than min_train of them.
+            ramp = min(1.0, (1 + n_own) / (1 + self.min_train))
+            own_w = max(1.0, prior_mass / n_own * max(ramp, 1 / 3))
+            parts_X.append(self.encoder.encode_indices(own_idx, self.layer_features))
+            parts_y.append(own_y)
+            parts_w.append(np.full(n_own, own_w))
+            parts_g.append(np.full(n_own, -1))
+        if not parts_X:
+            return False
+        X = np.vstack(parts_X)
+        y = np.concatenate(parts_y)
+        self.model.fit(X, y, np.concatenate(parts_w), np.concatenate(parts_g))
+        return True
+
+    def _seeds_from(self, p_idx: np.ndarray, p_w: np.ndarray) -> list[tuple[int, ...]]:
+        """Distinct mapped prior configs, best similarity x performance first."""
+        if not len(p_idx):
+            return []
+        score = p_w * self._prior_y[p_idx]
+        out: list[tuple[int, ...]] = []
+        got: set[tuple[int, ...]] = set()
+        for j in np.argsort(-score, kind="stable"):
+            if score[j] <= 0:
+                break
+            m = self._prior_mapped[p_idx[j]]
+            if m is not None and m not in got:
+                got.add(m)
+                out.append(m)
+                if len(out) >= self.sa_points:
+                    break
+        return out
+
+    # --- search ---------------------------------------------------------------------------
+    def _score(self, idx: np.ndarray) -> np.ndarray:
+        return self.model.predict(self.encoder.encode_indices(idx, self.layer_features))
+
+    def _random_indices(self, n: int) -> np.ndarray:
+        return np.stack([self.rng.integers(self._sizes) for _ in range(n)]) if n else np.zeros((0, len(self._sizes)), dtype=np.int64)
+
+    def _plausible_mask(self, rows: list[tuple[int, ...]]) -> np.ndarray:
+        """Static validity of index rows (memoized): annealing must not drift into
+        regions the space rejects, which the model never sees measured and so can't
+        learn to avoid."""
+        if not self._checks_plausible:
+            return np.ones(len(rows), dtype=bool)
+        out = np.empty(len(rows), dtype=bool)
+        for i, row in enumerate(rows):
+            ok = self._plausible.get(row)
+            if ok is None:
+                ok = bool(self.space.is_plausible(self.space.from_indices(row)))
+                self._plausible[row] = ok
+            out[i] = ok
+        return out
+
+    def _anneal(self) -> list[tuple[tuple[int, ...], float]]:
+        """Simulated annealing on model scores; every visited point with its score."""
+        P = self.sa_points
+        starts: list[tuple[int, ...]] = []
+        ok = sorted((r for r in self.state.results if r.ok), key=lambda r: r.latency)
+        for r in ok[: P // 4]:
+            idx = self.encoder.map_indices(r.config)
+            if idx is not None:
+                starts.append(idx)
+        starts += self._prior_seeds[: P // 4]
+        cur = np.vstack(
+            [np.array(starts, dtype=np.int64).reshape(-1, len(self._sizes)), self._random_indices(P - len(starts))]
+        )
+        cur_s = self._score(cur)
+        cur_rows = list(map(tuple, cur.tolist()))
+        # Implausible starts (random draws) score -inf so the first valid move replaces them.
+        cur_s[~self._plausible_mask(cur_rows)] = -np.inf
+        visited: dict[tuple[int, ...], float] = {}
+        for row, s in zip(cur_rows, cur_s.tolist()):
+            if s > -np.inf:
+                visited[row] = s
+        if not len(self._mutable):
+            return sorted(visited.items(), key=lambda kv: -kv[1])
+        finite = cur_s[np.isfinite(cur_s)]
+        scale = (float(np.std(finite)) if len(finite) else 0.0) + 1e-9
+        ar = np.arange(P)
+        for it in range(self.sa_iters):
+            temp = max(1.0 - it / self.sa_iters, 1e-3)
+            new = cur.copy()
+            knob = self._mutable[self.rng.integers(len(self._mutable), size=P)]
+            new[ar, knob] = self.rng.integers(self._sizes[knob])
+            s = self._score(new)
+            rows = list(map(tuple, new.tolist()))
+            valid = self._plausible_mask(rows)
+            with np.errstate(over="ignore", invalid="ignore"):
+                accept = (s >= cur_s) | (self.rng.random(P) < np.exp((s - cur_s) / (temp * scale)))
+            accept &= valid
+            cur[accept] = new[accept]
+            cur_s[accept] = s[accept]
+            for row, v, ok in zip(rows, s.tolist(), valid.tolist()):
+                if ok:
+                    visited[row] = v
+        return sorted(visited.items(), key=lambda kv: -kv[1])
+
+    def _random_configs(self, n: int, taken: set[str] | None = None) -> list[Config]:
+        out: list[Config] = []
+        taken = set() if taken is None else taken
+        for _ in range(n * 8):
+            if len(out) >= n:
+                break
+            cfg = self.space.random_config(self.rng)
+            key = config_to_json(cfg)
+            if key in taken or self.is_seen(cfg):
+                continue
+            taken.add(key)
+            out.append(cfg)
+        return out
+
+    def propose(self, n: int) -> list[Config]:
+        if n <= 0:
+            return []
+        n_results = len(self.state.results)
+        if n_results != self._fitted_on:
+            have_priors = bool(self.uses_priors and self.priors)
+            if n_results >= self.min_train or have_priors:
+                self._fit()
+            self._fitted_on = n_results
+        use_model = self.model.fitted and (n_results >= self.min_train or self._n_prior_kept > 0)
+        if not use_model:
+            return self._random_configs(n)
+
+        n_rand = int(math.floor(self.epsilon * n + self.rng.random()))
+        n_model = n - n_rand
+        out: list[Config] = []
+        taken: set[str] = set()
+
+        def take(idx: tuple[int, ...]) -> bool:
+            cfg = self.space.from_indices(idx)
+            key = config_to_json(cfg)
+            if key in taken or key in self.state.seen or not self.space.is_plausible(cfg):
+                return False
+            taken.add(key)
+            out.append(cfg)
+            return True
+
+        if n_results < self.min_train and self._prior_seeds:
+            # Transfer warm start: the best history configs, mapped, measured first.
+            quota = int(math.ceil(self.prior_seed_frac * n_model))
+            for idx in self._prior_seeds:
+                if len(out) >= quota:
+                    break
+                take(idx)
+        for idx, _ in self._anneal():
+            if len(out) >= n_model:
+                break
+            take(idx)
+        out += self._random_configs(n - len(out), taken)
+        return out
+
+
+class TransferXGBTuner(XGBTuner):
+    """XGB tuner trained on filtered, similarity-weighted priors plus its own results."""
+
+    name = "tl_xgb"
+    uses_priors = True
