@@ -165,6 +165,16 @@ def cmd_tune(args) -> int:
         high=args.high, low=args.low, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc),
     )
     _check_tuner(args.tuner)
+    if not (target.has_device or args.rpc):
+        from autotune.errors import AutotuneError
+
+        raise AutotuneError(
+            f"cannot measure on {target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
+        )
+    if args.out:
+        from autotune.compile import check_output_path
+
+        check_output_path(args.out)
     store = open_history(args.history)
     mode = "json" if args.json else ("quiet" if args.quiet else "rich")
     tracker = Tracker.create(not args.no_mlflow, args.mlflow_uri)
@@ -342,7 +352,7 @@ def cmd_history_show(args) -> int:
         key = _resolve_key(store, args.key)
         recs = store.records(workload_key=key)
         w = store.workload(key)
-    recs = recs[-args.limit:]
+    recs = recs[-args.limit:] if args.limit > 0 else []
     if args.json:
         print(json.dumps({"workload": {"key": w.key, "op_class": w.op_class, "descriptor": w.descriptor, "flops": w.flops}, "records": [_record_dict(r) for r in recs]}))
         return 0
@@ -387,6 +397,11 @@ def cmd_history_import(args) -> int:
 
     if not Path(args.file).exists():
         raise AutotuneError(f"file not found: {args.file}")
+    try:  # reject what is not JSON before the history database is even opened
+        with open(args.file, encoding="utf-8") as fh:
+            json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AutotuneError(f"{args.file} is not valid JSON: {err}") from None
     with open_history(args.history) as store:
         counts = import_json(store, args.file)
     print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present)")

@@ -75,7 +75,7 @@ def build(mod, target: TargetSpec):
     import tvm
     from tvm import relax
 
-    from autotune.defaults import gpu_default_pass
+    from autotune.defaults import apply_gpu_defaults
 
     tvm_target = target.tvm_target
     try:
@@ -84,27 +84,73 @@ def build(mod, target: TargetSpec):
                 from autotune.measure import _use_nvcc
 
                 _use_nvcc()
-                mod = gpu_default_pass()(mod)
+                mod = apply_gpu_defaults(mod)
             return relax.build(mod, target=tvm_target, relax_pipeline=relax.get_pipeline("default"))
     except Exception as err:
         lines = [ln for ln in str(err).splitlines() if ln.strip()]
         raise AutotuneError(f"compiling the model for {target.kind} failed: {(lines[-1] if lines else err)}") from None
 
 
-def export(executable, out: str | os.PathLike, metadata: dict[str, Any]) -> Path:
-    """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically."""
+def cuda_sources(executable) -> list[str]:
+    """CUDA C of every device module inside a built executable."""
+    found: list[str] = []
+
+    def walk(mod) -> None:
+        if mod.kind == "cuda":
+            found.append(mod.inspect_source())
+        for sub in mod.imports:
+            walk(sub)
+
+    walk(executable.mod)
+    return found
+
+
+def nvcc_check(executable, arch: str) -> dict[str, Any]:
+    """Compile the module's device code with nvcc for ``arch``: proof that the CUDA C the
+    export carries builds for the target GPU, on a machine that has no GPU."""
+    import shutil
+    import subprocess
+
+    sources = cuda_sources(executable)
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        return {"checked": False, "reason": "nvcc not found", "kernels_sources": len(sources)}
+    cubin_bytes = 0
+    with tempfile.TemporaryDirectory(prefix="autotune-nvcc-") as tmp:
+        for i, src in enumerate(sources):
+            cu, cubin = os.path.join(tmp, f"k{i}.cu"), os.path.join(tmp, f"k{i}.cubin")
+            with open(cu, "w", encoding="utf-8") as fh:
+                fh.write(src)
+            proc = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-w", "-o", cubin, cu], capture_output=True, text=True)
+            if proc.returncode != 0:
+                first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
+                raise AutotuneError(f"nvcc could not compile the generated CUDA code for {arch}: {first}")
+            cubin_bytes += os.path.getsize(cubin)
+    return {"checked": True, "arch": arch, "sources": len(sources), "cubin_bytes": cubin_bytes}
+
+
+def check_output_path(out: str | os.PathLike) -> Path:
+    """Fail before any work when the export could not be written."""
     out = Path(out)
     if out.is_dir():
         raise AutotuneError(f"--out is a directory: {out}")
     parent = out.resolve().parent
-    if not parent.exists():
+    if not parent.is_dir():
         raise AutotuneError(f"output directory does not exist: {parent}")
     if not os.access(parent, os.W_OK):
         raise AutotuneError(f"output directory is not writable: {parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".so", dir=parent)
-    os.close(fd)
-    meta_tmp = tmp + ".json"
+    return out
+
+
+def export(executable, out: str | os.PathLike, metadata: dict[str, Any]) -> Path:
+    """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically."""
+    out = check_output_path(out)
+    parent = out.resolve().parent
+    tmp = meta_tmp = ""
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".so", dir=parent)
+        os.close(fd)
+        meta_tmp = tmp + ".json"
         executable.export_library(tmp)
         with open(meta_tmp, "w", encoding="utf-8") as fh:
             json.dump(metadata, fh, indent=2, sort_keys=True)
@@ -112,7 +158,7 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any]) -> Path
         os.replace(meta_tmp, sidecar(out))
     except Exception as err:
         for path in (tmp, meta_tmp):
-            if os.path.exists(path):
+            if path and os.path.exists(path):
                 os.remove(path)
         if isinstance(err, AutotuneError):
             raise
@@ -137,10 +183,12 @@ def compile_model(
     """The whole ``autotune compile`` command as a function: returns its summary."""
     from autotune import decompose, frontend
 
+    check_output_path(out)
     spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
     layers = decompose.decompose(mod, batch_size=batch_size)
     mod, applied = apply_history(mod, layers, target, store)
     executable = build(mod, target)
+    device_code = nvcc_check(executable, target.arch) if target.kind == "cuda" else None
     metadata = {
         "format": "autotune-module",
         "version": 1,
@@ -153,6 +201,7 @@ def compile_model(
         "inputs": {k: {"shape": list(v), "dtype": spec.input_dtypes.get(k, "float32")} for k, v in spec.input_shapes.items()},
         "outputs": spec.output_names,
         "layers": applied.layers,
+        "device_code": device_code,
     }
     if spec.source.startswith("zoo:"):
         metadata["zoo"] = {"name": spec.name, "size": size, "batch_size": batch_size}
@@ -164,5 +213,6 @@ def compile_model(
         "target": target.key,
         "layers": len(layers),
         "tuned_layers": applied.tuned,
+        "device_code": device_code,
         "schedules": applied.layers,
     }

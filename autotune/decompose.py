@@ -149,8 +149,11 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
     anchor = max(reducers or blocks, key=volume)
     spatial = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) != _REDUCE]
     reduction = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE]
-    op_class = _classify(anchor, bool(reducers), blocks, inputs)
+    const_names = {p.name for p, c in zip(func.params, const_mask) if c}
+    op_class = _classify(anchor, bool(reducers), blocks, const_names)
     attrs = _attributes(anchor, blocks, op_class, weights)
+    if op_class == "conv2d" and attrs.get("groups", 1) > 1 and weights and len(weights[0]) == 4 and weights[0][1] == 1:
+        op_class = "depthwise_conv2d"  # one input channel per group: TVM names it group_conv2d
 
     flops = 0.0
     for b in blocks:
@@ -192,14 +195,18 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
     )
 
 
-def _classify(anchor, has_reduction: bool, blocks, inputs: list[list[int]]) -> str:
+def _classify(anchor, has_reduction: bool, blocks, const_names: set[str]) -> str:
     name = anchor.name_hint.lower()
     if "conv" in name:
         return "depthwise_conv2d" if "depthwise" in name else "conv2d"
     if "matmul" in name or "dense" in name:
-        spatial = [iv for iv in anchor.iter_vars if int(iv.iter_type) != _REDUCE]
-        batched = len(inputs) >= 2 and all(len(s) >= 3 and s[0] > 1 for s in inputs[:2])
-        return "batch_matmul" if batched and len(spatial) >= 3 else "dense"
+        # batch_matmul: both operands are activations (not weights) with batch dims,
+        # whatever the batch size, so the class does not change with the batch.
+        operands = anchor.reads[:2]
+        batched = len(operands) == 2 and all(
+            len(r.source.shape) >= 3 and r.source.name not in const_names for r in operands
+        )
+        return "batch_matmul" if batched else "dense"
     if "pool" in name:
         return "pool"
     if "softmax" in name:

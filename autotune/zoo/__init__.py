@@ -161,12 +161,20 @@ def export_model(
     """
     model = build_model(name, batch_size=batch_size, size=size, seed=seed)
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        raise AutotuneError(f"cannot write {target}: it is a directory")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AutotuneError(f"cannot write {target}: {err.strerror or err}") from None
     # Not mkstemp: its 0600 mode would survive the rename; a unique name suffices.
     tmp_name = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
     try:
         onnx.save(model, tmp_name)
         os.replace(tmp_name, target)
+    except OSError as err:
+        tmp_name.unlink(missing_ok=True)
+        raise AutotuneError(f"cannot write {target}: {err.strerror or err}") from None
     except BaseException:
         tmp_name.unlink(missing_ok=True)
         raise

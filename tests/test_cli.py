@@ -1,0 +1,342 @@
+"""Tests for the ``autotune`` command line (autotune.cli).
+
+Contract checked here: every user mistake ends with exit code 2 and exactly one
+stderr line ``autotune: error: ...`` (no traceback, nothing half-written); the happy
+paths print parseable JSON / loadable files; ``import autotune.cli`` stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autotune.cli import main
+
+SUBCOMMANDS = ["tune", "layers", "compile", "run", "zoo", "history", "report"]
+
+
+@pytest.fixture(autouse=True)
+def env(tmp_path, monkeypatch):
+    """HOME, AUTOTUNE_HOME and the default history all live in tmp; cwd too."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("AUTOTUNE_HOME", str(home / ".autotune"))
+    monkeypatch.setenv("AUTOTUNE_HISTORY", str(home / "default-history.db"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def dyn_model(tmp_path_factory):
+    """A tiny MatMul+Relu model whose batch dimension is symbolic ("N")."""
+    path = tmp_path_factory.mktemp("models") / "dyn.onnx"
+    w = numpy_helper.from_array(np.ones((8, 4), np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [w],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def _user_error(capsys, argv, *, contains=()):
+    """Run main(argv); assert it is a clean user error; return the message line."""
+    rc = main(argv)  # a traceback would surface here as an exception
+    out, err = capsys.readouterr()
+    assert rc == 2, (argv, rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("autotune: error: "), err
+    assert "Traceback" not in err
+    for word in contains:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+def _listing(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+# --- user errors --------------------------------------------------------------------------------
+def test_missing_model_file(capsys, env):
+    _user_error(capsys, ["layers", "missing.onnx"], contains=("model file not found", "missing.onnx"))
+
+
+def test_not_onnx_file(capsys, env):
+    (env / "notes.onnx").write_text("definitely not a protobuf\n")
+    _user_error(capsys, ["layers", "notes.onnx"], contains=("not an ONNX model",))
+
+
+def test_unknown_zoo_name(capsys):
+    _user_error(capsys, ["layers", "nosuchmodel"], contains=("nosuchmodel", "zoo"))
+
+
+def test_dynamic_shape_without_input_shape(capsys, dyn_model):
+    _user_error(capsys, ["layers", dyn_model], contains=("dynamic shape", "--input-shape x="))
+
+
+def test_dynamic_shape_with_input_shape_works(capsys, dyn_model):
+    assert main(["layers", dyn_model, "--input-shape", "x=3x8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["inputs"] == {"x": [3, 8]}
+    dense = [l for l in data["layers"] if l["op_class"] == "dense"]
+    assert len(dense) == 1 and dense[0]["output"] == [3, 4]
+
+
+@pytest.mark.parametrize("bad", ["x=3y8", "x", "x=0x8", "=3x8"])
+def test_bad_input_shape_syntax(capsys, dyn_model, bad):
+    _user_error(capsys, ["layers", dyn_model, "--input-shape", bad], contains=("--input-shape", repr(bad)))
+
+
+def test_input_shape_for_unknown_input(capsys, dyn_model):
+    _user_error(capsys, ["layers", dyn_model, "--input-shape", "y=3x8"], contains=("unknown input",))
+
+
+def _tune(*extra):
+    return ["tune", "resnet18", "--size", "32", "--no-mlflow", "--quiet", "--history", "tune.db", *extra]
+
+
+@pytest.mark.parametrize(
+    "target,expected",
+    [("foo", "unknown target 'foo'"), ("cuda:80", "sm_"), ('{"kind": "rocm"}', "'rocm'"), ("{bad json", "not valid JSON")],
+)
+def test_unknown_target(capsys, env, target, expected):
+    _user_error(capsys, _tune("--target", target), contains=(expected,))
+    assert not (env / "tune.db").exists()
+
+
+def test_unknown_tuner(capsys, env):
+    _user_error(capsys, _tune("--target", "llvm", "--tuner", "bogus"), contains=("unknown tuner 'bogus'",))
+    assert not (env / "tune.db").exists()
+
+
+@pytest.mark.parametrize("flag", ["--trials", "--batch"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_non_positive_counts(capsys, env, flag, value):
+    _user_error(capsys, _tune("--target", "llvm", flag, value), contains=(f"{flag} must be a positive",))
+    assert not (env / "tune.db").exists()
+
+
+def test_tune_cuda_without_gpu(capsys, env):
+    from autotune.target import gpu_present
+
+    if gpu_present():
+        pytest.skip("a GPU is present: CUDA can be measured here")
+    line = _user_error(capsys, _tune("--target", "cuda:sm_80", "--trials", "4"))
+    assert "cannot measure on cuda" in line and "--target llvm" in line
+
+
+def test_history_url_unreachable(capsys):
+    _user_error(capsys, ["history", "ls", "--history", "postgresql://u@127.0.0.1:1/x"],
+                contains=("postgresql://u@127.0.0.1:1/x",))
+
+
+def test_history_parent_is_a_file(capsys, env):
+    (env / "afile").write_text("x")
+    (env / "in.json").write_text("{}")
+    # reading commands: no such history
+    _user_error(capsys, ["history", "ls", "--history", "afile/h.db"], contains=("afile",))
+    # a writing command must not create anything either
+    _user_error(capsys, ["history", "import", "in.json", "--history", "afile/h.db"], contains=("afile",))
+    assert (env / "afile").read_text() == "x"
+
+
+def _import_bad_json(capsys, env):
+    from history import open_history
+
+    db = env / "h.db"
+    open_history(str(db)).close()
+    before = db.read_bytes()
+    files_before = _listing(env) | {"bad.json"}
+    (env / "bad.json").write_text("this is not json {")
+    _user_error(capsys, ["history", "import", "bad.json", "--history", str(db)],
+                contains=("bad.json", "not valid JSON"))
+    return db, before, files_before
+
+
+def test_history_import_non_json_leaves_history_intact(capsys, env):
+    db, _, files_before = _import_bad_json(capsys, env)
+    assert _listing(env) == files_before  # no -wal / -shm / -journal left behind
+    assert main(["history", "ls", "--history", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_history_import_non_json_leaves_db_bytes_unchanged(capsys, env):
+    db, before, _ = _import_bad_json(capsys, env)
+    assert db.read_bytes() == before
+
+
+def test_history_import_missing_file(capsys, env):
+    _user_error(capsys, ["history", "import", "nothere.json", "--history", "h.db"], contains=("nothere.json",))
+    assert not (env / "h.db").exists()
+
+
+@pytest.fixture
+def populated_history(env):
+    from history import TargetInfo, WorkloadInfo, open_history
+
+    path = str(env / "pop.db")
+    key = "ab" * 12
+    with open_history(path) as store:
+        store.register_target(TargetInfo("llvm", "znver3", "cpu"))
+        store.register_workload(WorkloadInfo(key, "inv", "conv2d", {"name": "conv2d1"}, 1e6))
+        for i in range(3):
+            store.add_record(workload_key=key, target_key="llvm:znver3:cpu", space_id="s", config={"i": i},
+                             samples=[1e-3 * (i + 1)] * 3, status="ok", tuner="random")
+    return path, key
+
+
+def test_history_show_unknown_key(capsys, populated_history):
+    path, _ = populated_history
+    _user_error(capsys, ["history", "show", "zzzz", "--history", path], contains=("'zzzz'",))
+    _user_error(capsys, ["history", "best", "zzzz", "--history", path], contains=("'zzzz'",))
+
+
+def test_history_show_and_best(capsys, populated_history):
+    path, key = populated_history
+    assert main(["history", "show", key[:6], "--history", path, "--json", "--limit", "2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["workload"]["key"] == key
+    assert len(data["records"]) == 2
+    assert main(["history", "best", key[:6], "--history", path, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert len(best) == 1 and best[0]["config"] == {"i": 0}
+    assert best[0]["latency_median"] == pytest.approx(1e-3)
+
+
+def test_run_missing_module(capsys, env):
+    _user_error(capsys, ["run", "nothere.so"], contains=("module not found", "nothere.so"))
+
+
+def test_run_module_without_sidecar(capsys, env):
+    (env / "fake.so").write_bytes(b"\x7fELF")
+    _user_error(capsys, ["run", "fake.so"], contains=("fake.so.json",))
+
+
+def test_compile_into_missing_directory(capsys, env, dyn_model):
+    before = _listing(env)
+    _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
+                         "-o", "nodir/model.so"], contains=("does not exist", "nodir"))
+    assert not (env / "nodir").exists()
+    assert _listing(env) == before
+
+
+def test_compile_onto_a_directory(capsys, env, dyn_model):
+    (env / "outdir").mkdir()
+    _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "outdir"],
+                contains=("is a directory",))
+    assert list((env / "outdir").iterdir()) == []
+
+
+def test_compile_under_a_regular_file(capsys, env, dyn_model):
+    (env / "afile").write_text("x")
+    _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
+                         "-o", "afile/model.so"], contains=("afile",))
+
+
+def test_zoo_export_under_a_regular_file(capsys, env):
+    (env / "afile").write_text("x")
+    _user_error(capsys, ["zoo", "export", "resnet18", "--size", "32", "-o", "afile/r.onnx"], contains=("afile",))
+
+
+def test_zoo_export_onto_a_directory(capsys, env):
+    (env / "outdir").mkdir()
+    _user_error(capsys, ["zoo", "export", "resnet18", "--size", "32", "-o", "outdir"], contains=("outdir",))
+    assert list((env / "outdir").iterdir()) == []
+
+
+def test_zoo_export_unknown_model(capsys, env):
+    _user_error(capsys, ["zoo", "export", "nosuch", "-o", "x.onnx"], contains=("unknown zoo model 'nosuch'",))
+    assert not (env / "x.onnx").exists()
+
+
+def test_zoo_size_too_small(capsys):
+    _user_error(capsys, ["layers", "resnet18", "--size", "8"], contains=("at least 32",))
+
+
+# --- help, listings, happy paths ---------------------------------------------------------------
+def test_help_lists_subcommands(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in SUBCOMMANDS:
+        assert f"    {cmd} " in out, cmd
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "usage: autotune" in capsys.readouterr().out
+
+
+def test_python_m_autotune_help(env):
+    proc = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True,
+                          timeout=120, env=os.environ.copy())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    for cmd in SUBCOMMANDS:
+        assert cmd in proc.stdout
+
+
+def test_import_cli_does_not_import_heavy_modules(env):
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import autotune.cli"],
+                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    assert proc.returncode == 0, proc.stderr
+    modules = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "autotune.cli" in modules  # the parse works
+    heavy = [m for m in modules if m.split(".")[0] in ("tvm", "tvm_ffi", "mlflow")]
+    assert heavy == []
+
+
+def test_zoo_list_json(capsys):
+    assert main(["zoo", "list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = [e["name"] for e in data]
+    assert {"resnet18", "mobilenetv2", "transformer"} <= set(names)
+    r18 = data[names.index("resnet18")]
+    assert r18["input"] == [1, 3, 224, 224] and r18["default_size"] == 224
+
+
+def test_zoo_export_writes_loadable_onnx(capsys, env):
+    assert main(["zoo", "export", "resnet18", "-o", "out/r18.onnx", "--size", "32"]) == 0
+    assert "out/r18.onnx" in capsys.readouterr().out
+    model = onnx.load(str(env / "out" / "r18.onnx"))
+    onnx.checker.check_model(model)
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 3, 32, 32]
+    assert [p.name for p in (env / "out").iterdir()] == ["r18.onnx"]  # no temp file left
+    # and the CLI reads it back
+    assert main(["layers", "out/r18.onnx", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "r18"
+
+
+def test_layers_json(capsys):
+    assert main(["layers", "resnet18", "--size", "32", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == "resnet18"
+    assert data["inputs"] == {"input": [1, 3, 32, 32]}
+    tunable = [l for l in data["layers"] if l["tunable"]]
+    assert len(tunable) >= 10
+    assert {"conv2d", "dense"} <= {l["op_class"] for l in tunable}
+    first = data["layers"][0]
+    assert first["attrs"]["kernel"] == [7, 7] and first["output"] == [1, 64, 16, 16]
+
+
+def test_layers_table(capsys):
+    assert main(["layers", "resnet18", "--size", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "conv2d" in out
+    assert out.strip().splitlines()[-1].startswith("resnet18: ")

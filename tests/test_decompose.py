@@ -1,0 +1,267 @@
+"""Tests for autotune.decompose: fused Relax module -> described layers.
+
+The oracle is the model architecture itself (torchvision ResNet-18 / MobileNetV2 and
+the zoo transformer block): layer attributes are read back from TIR indices and must
+match what the architecture says; FLOPs must match the textbook formula.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from autotune.decompose import TUNABLE_CLASSES, Layer, decompose, describe
+from autotune.frontend import load_and_fuse
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home" / ".autotune"))
+    monkeypatch.setenv("AUTOTUNE_HISTORY", str(tmp_path / "home" / "history.db"))
+
+
+def _layers(name, size, batch=1):
+    _, mod = load_and_fuse(name, size=size, batch_size=batch)
+    return decompose(mod, batch_size=batch)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return _layers("resnet18", 64, 1)
+
+
+@pytest.fixture(scope="module")
+def resnet_b2():
+    return _layers("resnet18", 64, 2)
+
+
+@pytest.fixture(scope="module")
+def mobilenet():
+    return _layers("mobilenetv2", 32, 1)
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return _layers("transformer", 16, 1)
+
+
+@pytest.fixture(scope="module")
+def transformer_b2():
+    return _layers("transformer", 16, 2)
+
+
+def _convs(layers):
+    return [l for l in layers if l.op_class in ("conv2d", "depthwise_conv2d")]
+
+
+def _by_name(layers):
+    return {l.name: l for l in layers}
+
+
+# --- conv attributes ---------------------------------------------------------------------
+def test_first_conv_attributes(resnet):
+    first = resnet[0]
+    assert first.op_class == "conv2d"
+    assert first.tunable
+    assert first.attrs["stride"] == [2, 2]
+    assert first.attrs["kernel"] == [7, 7]
+    assert first.attrs["padding"] == [3, 3]
+    assert first.attrs["dilation"] == [1, 1]
+    assert first.attrs["groups"] == 1
+    assert first.inputs == [[1, 3, 64, 64]]
+    assert first.weights == [[64, 3, 7, 7]]
+    assert first.output == [1, 64, 32, 32]
+    assert first.dtype == "float32"
+
+
+def test_resnet_conv_attributes_match_architecture(resnet):
+    convs = _convs(resnet)
+    # torchvision ResNet-18: 7x7/2 stem, 3x3 convs (stride 2 at the first of stages 2-4),
+    # and three 1x1/2 downsample projections
+    assert sorted({tuple(c.attrs["kernel"]) for c in convs}) == [(1, 1), (3, 3), (7, 7)]
+    for c in convs:
+        k = c.attrs["kernel"][0]
+        assert c.attrs["padding"] == [k // 2, k // 2], c.name
+        assert c.weights[0][2:] == c.attrs["kernel"], c.name
+        s = c.attrs["stride"][0]
+        assert c.inputs[0][2] // s == c.output[2], c.name
+    downsample = [c for c in convs if c.attrs["kernel"] == [1, 1]]
+    assert len(downsample) == 3 and all(c.attrs["stride"] == [2, 2] for c in downsample)
+
+
+# --- FLOPs --------------------------------------------------------------------------------
+def _conv_macs(layer: Layer) -> int:
+    n, c, _, _ = layer.inputs[0]
+    k, cg, r, s = layer.weights[0]
+    _, k_out, oh, ow = layer.output
+    assert k == k_out
+    return n * k * cg * r * s * oh * ow
+
+
+def test_conv_flops_formula(resnet):
+    plain = [c for c in _convs(resnet) if not c.epilogue]
+    assert len(plain) >= 10
+    for c in plain:
+        macs = _conv_macs(c)
+        # the anchor's 2*N*K*C*R*S*OH*OW dominates ...
+        assert c.flops == pytest.approx(2 * macs, rel=2e-2), c.name
+        # ... and exactly: plus one op per element of the (padded) input copy that TOPI
+        # always emits as a 'pad_temp' block, even with zero padding
+        n, ch, h, w = c.inputs[0]
+        ph, pw = c.attrs["padding"]
+        assert c.flops == 2 * macs + n * ch * (h + 2 * ph) * (w + 2 * pw), c.name
+
+
+def test_first_conv_flops_exact(resnet):
+    first = resnet[0]
+    assert first.flops == 2 * 1 * 64 * 3 * 7 * 7 * 32 * 32 + 1 * 3 * 70 * 70
+
+
+def test_dense_flops_include_epilogue(resnet):
+    fc = resnet[-1]
+    assert fc.op_class == "dense"
+    assert fc.inputs == [[1, 512]] and fc.weights == [[512, 1000], [1000]]
+    assert fc.epilogue == ["add"]
+    assert fc.flops == 2 * 512 * 1000 + 1000  # matmul MACs + bias add
+    assert fc.bytes == 4 * (512 + 512 * 1000 + 1000 + 1000)
+    assert fc.arithmetic_intensity == pytest.approx(fc.flops / fc.bytes)
+
+
+# --- identical layers --------------------------------------------------------------------------
+def test_identical_layers_share_key_and_count(resnet):
+    keys = [l.workload_key for l in resnet]
+    assert len(keys) == len(set(keys)), "each distinct kernel is listed once"
+    convs = _convs(resnet)
+    # ResNet-18 has 20 convolutions in all
+    assert sum(c.occurrences for c in convs) == 20
+    # the 3x3 64->64 stride-1 conv appears four times in stage 1
+    stage1 = [c for c in convs if c.weights == [[64, 64, 3, 3]]]
+    assert len(stage1) == 1 and stage1[0].occurrences == 4
+    # one occurrence of the stem
+    assert resnet[0].occurrences == 1
+
+
+def test_workload_key_is_structural(resnet):
+    """Same kernel under another name -> same key; another kernel -> another key."""
+    a, b = _convs(resnet)[1], _convs(resnet)[2]
+    func = a.func.with_attr("global_symbol", "some_other_name")
+    again = describe("renamed", func, [False, True], 1, 1)
+    assert again.workload_key == a.workload_key
+    assert again.batch_invariant_key == a.batch_invariant_key
+    assert b.workload_key != a.workload_key
+
+
+# --- depthwise convs ------------------------------------------------------------------------
+def _grouped(layers):
+    return [l for l in _convs(layers) if l.weights and l.weights[0][1] == 1 and l.inputs[0][1] > 1]
+
+
+def test_mobilenet_depthwise_groups_equal_channels(mobilenet):
+    dw = _grouped(mobilenet)
+    assert len(dw) >= 8  # 17 inverted residual blocks, deduplicated by shape
+    for l in dw:
+        channels = l.inputs[0][1]
+        assert l.attrs["groups"] == channels == l.output[1], l.name
+        assert l.attrs["kernel"] == [3, 3]
+        # depthwise: one MAC per output element per kernel tap, plus the pad block
+        n, ch, h, w = l.inputs[0]
+        ph, pw = l.attrs["padding"]
+        assert _conv_macs(l) == math.prod(l.output) * 9
+        assert l.flops == 2 * _conv_macs(l) + n * ch * (h + 2 * ph) * (w + 2 * pw), l.name
+
+
+def test_mobilenet_has_depthwise_conv2d_class(mobilenet):
+    classes = {l.op_class for l in mobilenet}
+    assert "depthwise_conv2d" in classes
+    for l in _grouped(mobilenet):
+        assert l.op_class == "depthwise_conv2d", (l.name, l.anchor)
+
+
+# --- transformer --------------------------------------------------------------------------
+def test_transformer_has_dense_softmax_norm(transformer):
+    classes = {l.op_class for l in transformer}
+    assert {"dense", "softmax", "norm"} <= classes
+    softmax = [l for l in transformer if l.op_class == "softmax"]
+    assert len(softmax) == 1 and softmax[0].output == [1, 4, 16, 16]
+    norms = [l for l in transformer if l.op_class == "norm"]
+    assert norms and all(l.output == [1, 16, 256] for l in norms)
+    assert sum(l.occurrences for l in norms) == 2  # two LayerNorms per encoder block
+    # Q, K, V projections are one kernel called three times
+    qkv = [l for l in transformer if l.op_class == "dense" and l.weights[:1] == [[256, 256]] and l.epilogue == ["add"]]
+    assert len(qkv) == 1 and qkv[0].occurrences == 3
+
+
+def _attention_matmuls(layers):
+    """Matmuls whose two operands are both activations of rank 4 (Q@K^T and P@V)."""
+    return [l for l in layers if "matmul" in l.anchor and len(l.inputs) >= 2
+            and all(len(s) == 4 for s in l.inputs[:2])]
+
+
+def test_transformer_attention_is_batch_matmul(transformer):
+    attention = _attention_matmuls(transformer)
+    assert len(attention) == 2
+    assert {l.op_class for l in attention} == {"batch_matmul"}
+    assert "batch_matmul" in {l.op_class for l in transformer}
+
+
+def test_transformer_attention_is_batch_matmul_at_batch_2(transformer_b2):
+    attention = _attention_matmuls(transformer_b2)
+    assert len(attention) == 2
+    assert {l.op_class for l in attention} == {"batch_matmul"}
+
+
+def test_transformer_op_classes_do_not_depend_on_batch(transformer, transformer_b2):
+    one, two = _by_name(transformer), _by_name(transformer_b2)
+    assert one.keys() == two.keys()
+    diff = {n: (one[n].op_class, two[n].op_class) for n in one if one[n].op_class != two[n].op_class}
+    assert diff == {}
+    # weights-as-second-operand projections are dense at any batch size
+    for l in transformer_b2:
+        if "matmul" in l.anchor and l.weights and len(l.weights[0]) == 2:
+            assert l.op_class == "dense", l.name
+
+
+# --- batch size -----------------------------------------------------------------------------
+def test_batch_changes_workload_key_not_invariant_key(resnet, resnet_b2):
+    one, two = _by_name(resnet), _by_name(resnet_b2)
+    assert one.keys() == two.keys()
+    for name in one:
+        assert one[name].workload_key != two[name].workload_key, name
+    convs = _convs(resnet)
+    assert len(convs) >= 10
+    for c in convs:
+        other = two[c.name]
+        assert other.inputs[0][0] == 2 and c.inputs[0][0] == 1
+        assert other.batch_invariant_key == c.batch_invariant_key, c.name
+        assert other.flops > c.flops
+    # different convs must still differ with the batch dimension dropped
+    assert len({c.batch_invariant_key for c in convs}) == len(convs)
+
+
+# --- serialisation --------------------------------------------------------------------------
+def test_features_have_fixed_length(resnet, mobilenet, transformer):
+    lengths = set()
+    for layer in resnet + mobilenet + transformer:
+        f = layer.features()
+        lengths.add(len(f))
+        assert all(isinstance(v, float) and math.isfinite(v) for v in f), layer.name
+    assert len(lengths) == 1 and lengths.pop() >= 10
+    # layers with different shapes get different features
+    a, b = _convs(resnet)[0], _convs(resnet)[1]
+    assert a.features() != b.features()
+
+
+def test_to_dict_is_json_serializable(resnet, transformer):
+    for layer in resnet + transformer:
+        d = layer.to_dict()
+        assert "func" not in d
+        back = json.loads(json.dumps(d))
+        assert back["name"] == layer.name
+        assert back["workload_key"] == layer.workload_key
+        assert back["tunable"] == (layer.op_class in TUNABLE_CLASSES)
+        assert back["arithmetic_intensity"] == pytest.approx(layer.arithmetic_intensity)
+        assert back["attrs"] == layer.attrs
+        json.dumps(layer.descriptor())

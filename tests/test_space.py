@@ -1,0 +1,310 @@
+"""Tests for the knob-space interface and the meta-schedule-derived space.
+
+The first MetaScheduleSpace in a process costs ~20 s (TVM imports its tensor
+intrinsics), so every space here is built once per module. Oracles: brute-force
+enumeration for perfect tilings, TVM itself for "the scheduled module compiles and
+computes the same thing as the unscheduled one", and the CUDA limits for plausibility.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from templates import InvalidConfig, Knob, config_from_json, config_to_json
+from templates.meta_schedule_space import MAX_VTHREAD, MetaScheduleSpace, perfect_tilings
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home" / ".autotune"))
+    monkeypatch.setenv("AUTOTUNE_HISTORY", str(tmp_path / "home" / "history.db"))
+
+
+# --- perfect_tilings -----------------------------------------------------------------------
+def _brute_tilings(extent, parts, max_innermost):
+    divs = [d for d in range(1, extent + 1) if extent % d == 0]
+    return {t for t in itertools.product(divs, repeat=parts) if math.prod(t) == extent and t[-1] <= max_innermost}
+
+
+@pytest.mark.parametrize(
+    "extent,parts,max_inner",
+    [(1, 3, 1), (12, 3, 64), (16, 4, 64), (16, 4, 4), (64, 4, 64), (64, 5, 16), (30, 2, 5), (7, 3, 1), (7, 1, 7), (7, 1, 6)],
+)
+def test_perfect_tilings_match_brute_force(extent, parts, max_inner):
+    got = perfect_tilings(extent, parts, max_inner)
+    assert len(got) == len(set(got)), "no duplicates"
+    assert set(got) == _brute_tilings(extent, parts, max_inner)
+    for t in got:
+        assert len(t) == parts and math.prod(t) == extent and t[-1] <= max_inner
+
+
+def test_perfect_tilings_counts():
+    # ordered factorisations of 2^6 into 4 parts: C(6+3, 3) = 84; of 2^4: C(4+3, 3) = 35
+    assert len(perfect_tilings(64, 4, 64)) == 84
+    assert len(perfect_tilings(16, 4, 16)) == 35
+    # 12 = 2^2 * 3 into 3 parts: C(4,2) * C(3,2) = 18
+    assert len(perfect_tilings(12, 3, 12)) == 18
+    # innermost 1 only: the other parts tile freely (2^4 into 3 parts: C(6,2) = 15)
+    assert len(perfect_tilings(16, 4, 1)) == 15
+    assert perfect_tilings(7, 1, 6) == ()
+    assert perfect_tilings(1, 2, 1) == ((1, 1),)
+
+
+# --- a MetaScheduleSpace for ResNet-18 convs ------------------------------------------------------
+@pytest.fixture(scope="module")
+def convs():
+    from autotune.decompose import decompose
+    from autotune.frontend import load_and_fuse
+
+    _, mod = load_and_fuse("resnet18", size=64)
+    layers = [l for l in decompose(mod, batch_size=1) if l.op_class == "conv2d"]
+    # conv 1: 3x3 64->64 on 16x16; conv 3: 3x3 64->128 stride 2
+    assert layers[1].weights == [[64, 64, 3, 3]] and layers[3].weights == [[128, 64, 3, 3]]
+    return layers
+
+
+@pytest.fixture(scope="module")
+def llvm_target():
+    from autotune.target import resolve_target
+
+    return resolve_target("llvm").tvm_target
+
+
+@pytest.fixture(scope="module")
+def cuda_target():
+    from autotune.target import resolve_target
+
+    return resolve_target("cuda:sm_80").tvm_target
+
+
+@pytest.fixture(scope="module")
+def llvm_space(convs, llvm_target):
+    return MetaScheduleSpace(convs[1].func, llvm_target, name=convs[1].name)
+
+
+@pytest.fixture(scope="module")
+def llvm_space_other(convs, llvm_target):
+    return MetaScheduleSpace(convs[3].func, llvm_target, name=convs[3].name)
+
+
+@pytest.fixture(scope="module")
+def cuda_space(convs, cuda_target):
+    return MetaScheduleSpace(convs[1].func, cuda_target, name=convs[1].name)
+
+
+def _tile_knobs(space):
+    return [k for k in space.knobs if k.kind == "tile"]
+
+
+def test_knob_names_are_readable(llvm_space):
+    names = llvm_space.knob_names
+    tiles = _tile_knobs(llvm_space)
+    # 4 spatial (nn, ff, yy, xx) + 3 reduction (rc, ry, rx) loops of conv2d_nchw
+    assert len(tiles) == 7
+    for k in tiles:
+        assert k.name.startswith("conv2d_nchw.") and k.name.endswith(".tile"), k.name
+    assert {"conv2d_nchw.ff.tile", "conv2d_nchw.rc.tile"} <= set(names)
+    for n in names:
+        assert "categorical" not in n and "loop" not in n and "#" not in n, n
+    assert len(names) == len(set(names))
+
+
+def test_two_conv_layers_share_knob_names(llvm_space, llvm_space_other, convs, cuda_target):
+    assert llvm_space.knob_names == llvm_space_other.knob_names
+    # ... while their candidates (loop extents) differ, and so does the space id
+    assert llvm_space.space_id != llvm_space_other.space_id
+    cuda_other = MetaScheduleSpace(convs[3].func, cuda_target, name=convs[3].name)
+    cuda_one = MetaScheduleSpace(convs[1].func, cuda_target, name=convs[1].name)
+    assert cuda_one.knob_names == cuda_other.knob_names
+    assert cuda_one.space_id != llvm_space.space_id
+
+
+def test_tile_candidates_multiply_to_the_loop_extent(llvm_space, convs):
+    # conv 1: N=1, K=64, OH=OW=16, C=64, R=S=3
+    extents = {"nn": 1, "ff": 64, "yy": 16, "xx": 16, "rc": 64, "ry": 3, "rx": 3}
+    for axis, extent in extents.items():
+        knob = llvm_space.knob(f"conv2d_nchw.{axis}.tile")
+        assert all(math.prod(c) == extent for c in knob.candidates), axis
+        assert len({tuple(c) for c in knob.candidates}) == len(knob)
+
+
+def test_size_is_product_of_candidate_counts(llvm_space, cuda_space):
+    for space in (llvm_space, cuda_space):
+        assert space.size == math.prod(len(k) for k in space.knobs)
+        assert space.size > 1000
+
+
+def test_space_id_is_stable(llvm_space, convs, llvm_target):
+    again = MetaScheduleSpace(convs[1].func, llvm_target, name="another_name")
+    assert again.space_id == llvm_space.space_id
+    assert again.knob_names == llvm_space.knob_names
+
+
+def test_config_json_and_index_round_trip(llvm_space, cuda_space):
+    rng = np.random.default_rng(7)
+    for space in (llvm_space, cuda_space):
+        configs = [space.default_config()] + [space.random_config(rng) for _ in range(10)]
+        for cfg in configs:
+            assert space.contains(cfg)
+            text = config_to_json(cfg)
+            assert config_from_json(text) == cfg
+            # canonical: key order does not matter
+            assert config_to_json(dict(reversed(list(cfg.items())))) == text
+            idx = space.to_indices(cfg)
+            assert len(idx) == len(space.knobs)
+            assert all(0 <= i < len(k) for i, k in zip(idx, space.knobs))
+            assert space.from_indices(idx) == cfg
+            assert space.from_indices(space.to_indices(config_from_json(text))) == cfg
+
+
+def test_config_from_json_rejects_non_objects():
+    with pytest.raises(ValueError):
+        config_from_json("[1, 2]")
+
+
+def test_config_to_json_handles_numpy_values():
+    cfg = {"b": [np.int64(2), np.int32(3)], "a": np.int64(4), "c": np.float32(0.5)}
+    assert config_to_json(cfg) == '{"a":4,"b":[2,3],"c":0.5}'
+
+
+def test_knob_index_and_validation():
+    knob = Knob("k", ([1, 2], [2, 1]), "tile")
+    assert knob.index((2, 1)) == 1 and knob.index([1, 2]) == 0
+    with pytest.raises(KeyError):
+        knob.index([4])
+    with pytest.raises(ValueError):
+        Knob("empty", ())
+
+
+def _run(lib, target_func_args):
+    import tvm
+
+    dev = tvm.cpu(0)
+    arrays = [tvm.runtime.tensor(a, dev) for a in target_func_args]
+    lib["main"](*arrays)
+    return arrays[-1].numpy()
+
+
+def test_default_config_applies_compiles_and_computes(llvm_space, llvm_target):
+    import tvm
+    import tvm_ffi
+
+    cfg = llvm_space.default_config()
+    mod = llvm_space.apply(cfg)
+    assert isinstance(mod, tvm.IRModule)
+    assert not tvm_ffi.structural_equal(mod, llvm_space.mod), "the schedule changed the module"
+    lib = tvm.compile(mod, target=llvm_target)
+    ref = tvm.compile(llvm_space.mod, target=llvm_target)
+    rng = np.random.default_rng(0)
+    params = llvm_space.mod["main"].params
+    shapes = [[int(d) for d in p.ty.shape] for p in params]
+    args = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]]
+    got = _run(lib, args + [np.zeros(shapes[-1], "float32")])
+    want = _run(ref, args + [np.zeros(shapes[-1], "float32")])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_random_llvm_configs_apply(llvm_space):
+    rng = np.random.default_rng(3)
+    sketches = set()
+    for _ in range(12):
+        cfg = llvm_space.random_config(rng)
+        llvm_space.apply(cfg)  # every point of the CPU space is buildable
+        sketches.add(cfg.get("sketch", 0))
+    assert len(sketches) > 1
+
+
+def test_value_not_in_candidates_is_invalid(llvm_space):
+    cfg = llvm_space.default_config()
+    bad_tile = dict(cfg, **{"conv2d_nchw.ff.tile": [1, 1, 1, 63]})
+    assert not llvm_space.contains(bad_tile)
+    with pytest.raises(InvalidConfig):
+        llvm_space.apply(bad_tile)
+    bad_unroll = dict(cfg, **{"root.unroll_explicit": 7})
+    with pytest.raises(InvalidConfig):
+        llvm_space.apply(bad_unroll)
+    missing = {k: v for k, v in cfg.items() if k != "conv2d_nchw.rc.tile"}
+    with pytest.raises(InvalidConfig):
+        llvm_space.apply(missing)
+    with pytest.raises(KeyError):
+        llvm_space.to_indices(bad_tile)
+
+
+# --- CUDA (code generation only: no GPU needed) ----------------------------------------------------
+def _with(space, base, **tiles):
+    cfg = dict(base)
+    for axis, value in tiles.items():
+        cfg[f"conv2d_nchw.{axis}.tile"] = value
+    assert space.contains(cfg), tiles
+    return cfg
+
+
+def test_cuda_space_limits(cuda_space):
+    assert cuda_space.max_threads == 1024
+    spatial = [k for k in _tile_knobs(cuda_space) if len(k.candidates[0]) == 5]
+    assert len(spatial) == 4  # [blockIdx, vthread, threadIdx, inner, innermost] per spatial loop
+
+
+def test_cuda_is_plausible_rejects_too_many_threads(cuda_space):
+    base = cuda_space.default_config()
+    nn = [1, 1, 1, 1, 1]
+    # 64 * 16 * 1 = 1024 threads: the limit itself is fine
+    at_limit = _with(cuda_space, base, nn=nn, ff=[1, 1, 64, 1, 1], yy=[1, 1, 16, 1, 1], xx=[1, 1, 1, 2, 8])
+    assert cuda_space.thread_counts(at_limit) == (1024, 1)
+    assert cuda_space.is_plausible(at_limit)
+    # 64 * 16 * 2 = 2048 threads
+    over = _with(cuda_space, base, nn=nn, ff=[1, 1, 64, 1, 1], yy=[1, 1, 16, 1, 1], xx=[1, 1, 2, 1, 8])
+    assert cuda_space.thread_counts(over) == (2048, 1)
+    assert not cuda_space.is_plausible(over)
+    with pytest.raises(InvalidConfig, match="2048 threads"):
+        cuda_space.apply(over)
+
+
+def test_cuda_is_plausible_rejects_too_many_vthreads(cuda_space):
+    base = cuda_space.default_config()
+    common = dict(nn=[1, 1, 1, 1, 1], yy=[1, 1, 16, 1, 1], xx=[1, 1, 4, 1, 4])
+    ok = _with(cuda_space, base, ff=[1, MAX_VTHREAD, 1, 1, 8], **common)
+    assert cuda_space.thread_counts(ok) == (64, 8)
+    assert cuda_space.is_plausible(ok)
+    over = _with(cuda_space, base, ff=[1, 16, 1, 1, 4], **common)
+    assert cuda_space.thread_counts(over) == (64, 16)
+    assert not cuda_space.is_plausible(over)
+    with pytest.raises(InvalidConfig):
+        cuda_space.apply(over)
+
+
+def test_llvm_space_has_no_thread_limits(llvm_space):
+    rng = np.random.default_rng(0)
+    cfg = llvm_space.from_indices([len(k) - 1 for k in llvm_space.knobs])
+    assert llvm_space.is_plausible(cfg)
+    assert llvm_space.random_config(rng) is not None
+
+
+def test_cuda_random_configs_are_plausible_and_some_apply(cuda_space):
+    import tvm
+
+    rng = np.random.default_rng(11)
+    draws = 32
+    valid = 0
+    reasons: dict[str, int] = {}
+    for _ in range(draws):
+        cfg = cuda_space.random_config(rng)
+        assert cuda_space.is_plausible(cfg)
+        threads, vthreads = cuda_space.thread_counts(cfg)
+        assert threads <= 1024 and vthreads <= MAX_VTHREAD
+        try:
+            mod = cuda_space.apply(cfg)  # includes the VerifyGPUCode postprocessor
+        except InvalidConfig as err:
+            reasons[str(err)] = reasons.get(str(err), 0) + 1
+            continue
+        assert isinstance(mod, tvm.IRModule)
+        valid += 1
+    print(f"\nCUDA conv2d space: {valid}/{draws} random plausible configs pass apply(); rejections: {reasons}")
+    assert valid >= 1
+    # the default point is valid by construction
+    cuda_space.apply(cuda_space.default_config())
