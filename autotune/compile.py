@@ -72,7 +72,6 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
 
 def build(mod, target: TargetSpec):
     """Relax module (fused, partly scheduled) -> VM executable for ``target``."""
-    import tvm
     from tvm import relax
 
     from autotune.defaults import apply_gpu_defaults
@@ -81,9 +80,6 @@ def build(mod, target: TargetSpec):
     try:
         with tvm_target:
             if target.kind == "cuda":
-                from autotune.measure import _use_nvcc
-
-                _use_nvcc()
                 mod = apply_gpu_defaults(mod)
             return relax.build(mod, target=tvm_target, relax_pipeline=relax.get_pipeline("default"))
     except Exception as err:

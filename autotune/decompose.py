@@ -132,7 +132,6 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
 
     sch = Schedule(func)
     root = sch.get_sblock("root")
-    local = {buf.name for buf in sch.get(root).alloc_buffers}
     blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
 
     params = [p.ty for p in func.params]

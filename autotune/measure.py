@@ -55,21 +55,12 @@ def _build_worker(mod, target, export_dir: str) -> str:
     """Runs in a warm worker: compile one scheduled module and export a shared library."""
     import tvm
 
-    if target.kind.name == "cuda":
-        _use_nvcc()
     with target:
         rt_mod = tvm.compile(mod, target=target)
     fd, path = tempfile.mkstemp(suffix=".so", dir=export_dir)
     os.close(fd)
     rt_mod.export_library(path)
     return path
-
-
-def _use_nvcc() -> None:
-    """Compile device code to a fatbin with nvcc, so exports carry SASS for the arch
-    instead of CUDA C source left to NVRTC at load time."""
-    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
-    import tvm.support.nvcc  # noqa: F401  (registers tvm_callback_cuda_compile)
 
 
 def _warm_worker() -> None:

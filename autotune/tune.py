@@ -10,10 +10,9 @@ are never measured again).
 from __future__ import annotations
 
 import math
-import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.measure import MeasureOptions, Measurement
@@ -36,12 +35,6 @@ class TuneOptions:
     high: float = 0.8
     low: float = 0.05
     measure: MeasureOptions = field(default_factory=MeasureOptions)
-
-
-@dataclass
-class LayerOutcome:
-    name: str
-    report: dict[str, Any]
 
 
 def split_budget(weights: list[float], budget: int, min_trials: int) -> list[int]:
@@ -88,6 +81,8 @@ class TuneSession:
         self._measurer = None
         self.spaces: dict[str, Any] = {}
         self.decomposition: list = []
+        self._input_shapes: list[list[int]] = []
+        self._input_dtypes: list[str] = []
 
     @property
     def measurer(self):
@@ -116,6 +111,8 @@ class TuneSession:
             )
         spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
         layers = decompose.decompose(mod, batch_size=batch_size)
+        self._input_shapes = [list(v) for v in spec.input_shapes.values()]
+        self._input_dtypes = [spec.input_dtypes.get(k, "float32") for k in spec.input_shapes]
         self.store.register_target(self.target.history_info())
         for layer in layers:
             self.store.register_workload(
@@ -163,16 +160,20 @@ class TuneSession:
             raise
         finally:
             self.reporter.close()
-            self.store.finish_run(self.run_id, status, {"layers": len(report["layers"])})
+            # the run's dispatch decisions and the history records they drew on
+            self.store.finish_run(self.run_id, status, {"layers": [
+                {k: layer.get(k) for k in ("name", "workload_key", "match_score", "match", "dispatch", "tuner", "trials", "best_latency", "best_record_id")}
+                for layer in report["layers"]
+            ]})
         return report
 
     def model_latency(self, mod, layers, *, use_history: bool) -> float | None:
         """Whole-model latency on the device, default schedules or history's best."""
-        from autotune import compile as compiler
-        from autotune.run import _flatten  # noqa: F401
-
+        import numpy as np
         import tvm
         from tvm import relax
+
+        from autotune import compile as compiler
 
         try:
             work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
@@ -181,14 +182,11 @@ class TuneSession:
             ex = compiler.build(work, self.target)
             dev = self.target.device()
             vm = relax.VirtualMachine(ex, dev)
-            params = mod["main"].params
-            args = []
-            import numpy as np
-
             rng = np.random.default_rng(0)
-            for p in params:
-                shape = [int(d) for d in p.struct_info.shape] if hasattr(p, "struct_info") else [int(d) for d in p.ty.shape]
-                args.append(tvm.runtime.tensor(rng.standard_normal(shape).astype("float32"), dev))
+            args = [
+                tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev)
+                for shape, dtype in zip(self._input_shapes, self._input_dtypes)
+            ]
             timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
             return float(np.median(timer(*args).results))
         except Exception as err:  # a model-level timing failure must not lose the tune
@@ -198,15 +196,14 @@ class TuneSession:
     # --- one layer ---------------------------------------------------------------------
     def tune_layer(self, layer, trials: int) -> dict[str, Any]:
         from autotune import dispatch
-        from autotune.compile import default_space_id
-        from history.match import match
         from history import WorkloadInfo
+        from history.match import match
         from search import make_tuner
-        from templates.space import config_from_json
+        from search.tuner import TrialResult
 
         opts = self.options
         wl = WorkloadInfo(layer.workload_key, layer.batch_invariant_key, layer.op_class, layer.descriptor(), layer.flops, tuple(layer.features()))
-        m = match(self.store, wl, self.target.key)
+        m = match(self.store, wl, self.target.key, weights=self._importance(layer.op_class))
         decision = dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
         out: dict[str, Any] = {
             "name": layer.name,
@@ -237,8 +234,6 @@ class TuneSession:
             tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
             # Resume: what earlier runs measured for this exact layer is known, not re-measured.
             earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
-            from search.tuner import TrialResult
-
             tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
             done, invalid, best = 0, 0, min((r.latency_median for r in earlier if r.ok), default=None)
             while done < trials and invalid < 20 * max(trials, 1):
@@ -260,6 +255,7 @@ class TuneSession:
                 self.reporter.trial(layer.name, done, best)
             out["trials"] = done
             out["invalid"] = invalid
+            self._learn_importance(layer, tuner)
             winner = self._verify_best(layer, space) if opts.verify else self.store.best(layer.workload_key, self.target.key)
             if winner is not None:
                 out["best_latency"] = winner.latency_median
@@ -271,6 +267,34 @@ class TuneSession:
             out["speedup"] = _ratio(default, out.get("best_latency"))
         self.reporter.end_layer(layer.name, out)
         return out
+
+    def _importance_key(self, op_class: str) -> str:
+        return f"importance:{self.target.kind}:{op_class}"
+
+    def _importance(self, op_class: str) -> list[float] | None:
+        """Layer-feature weights for the match score: the cost models' split-count
+        importances, smoothed across retrainings and across runs (kept in history)."""
+        import json
+
+        text = self.store.get_meta(self._importance_key(op_class))
+        return json.loads(text) if text else None
+
+    def _learn_importance(self, layer, tuner, decay: float = 0.7) -> None:
+        import json
+
+        from search.similarity import importance_weights
+
+        model = getattr(tuner, "model", None)
+        raw = getattr(model, "importance", None) if model is not None else None
+        if raw is None:
+            return
+        n = len(layer.features())
+        fresh = importance_weights(raw, n)
+        old = self._importance(layer.op_class)
+        if old is not None and len(old) == n:
+            fresh = [decay * o + (1 - decay) * f for o, f in zip(old, fresh)]
+        total = sum(fresh) or 1.0
+        self.store.set_meta(self._importance_key(layer.op_class), json.dumps([float(w) / total for w in fresh]))
 
     def _space(self, layer):
         from templates.meta_schedule_space import MetaScheduleSpace

@@ -428,6 +428,23 @@ class HistoryStore:
     def __repr__(self) -> str:
         return f"HistoryStore({self.url!r}{', readonly' if self.readonly else ''})"
 
+    # ------------------------------------------------------- small settings
+
+    def get_meta(self, key: str) -> str | None:
+        """A value kept beside the data (e.g. smoothed feature importances), or None."""
+        with self._read() as conn:
+            return conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == key)).scalar()
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Insert or replace one value; ``schema_version`` is reserved."""
+        if key == "schema_version":
+            raise ValueError("schema_version is managed by the store")
+        with self._write("write a setting") as conn:
+            if conn.execute(select(schema.meta.c.key).where(schema.meta.c.key == key)).first():
+                conn.execute(update(schema.meta).where(schema.meta.c.key == key).values(value=value))
+            else:
+                conn.execute(insert(schema.meta).values(key=key, value=value))
+
     # ------------------------------------------------------- targets, workloads
 
     def register_target(self, target: TargetInfo) -> int:

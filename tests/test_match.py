@@ -1,0 +1,89 @@
+"""Match score and dispatch: what history knows about a layer decides its tuner."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.dispatch import choose
+from history import TargetInfo, WorkloadInfo, open_history
+from history.match import OTHER_TARGET_DISCOUNT, SAME_LAYER_OTHER_BATCH, match, similarity
+
+CPU = TargetInfo("llvm", "znver3", "cpu-a")
+GPU = TargetInfo("cuda", "sm_90", "gpu-b")
+
+
+def _wl(key: str, inv: str, feats, op="conv2d") -> WorkloadInfo:
+    return WorkloadInfo(key, inv, op, {"name": key}, 1e6, tuple(feats))
+
+
+@pytest.fixture()
+def store(tmp_path):
+    with open_history(str(tmp_path / "h.db")) as s:
+        s.register_target(CPU)
+        s.register_target(GPU)
+        yield s
+
+
+def _ok(store, key, target, latency=1e-3):
+    store.add_record(workload_key=key, target_key=target.key, space_id="s", config={"k": 1}, samples=[latency], status="ok")
+
+
+def test_exact_hit_scores_one(store):
+    w = _wl("a", "ia", [1.0, 2.0])
+    store.register_workload(w)
+    assert match(store, w, CPU.key).score == 0.0
+    _ok(store, "a", CPU)
+    m = match(store, w, CPU.key)
+    assert m.exact and m.score == 1.0 and m.best is not None
+
+
+def test_other_target_is_discounted_and_never_exact(store):
+    w = _wl("a", "ia", [1.0, 2.0])
+    store.register_workload(w)
+    _ok(store, "a", GPU)
+    m = match(store, w, CPU.key)
+    assert not m.exact
+    assert m.score == pytest.approx(OTHER_TARGET_DISCOUNT)
+
+
+def test_same_layer_other_batch_counts_as_near_exact(store):
+    a, b = _wl("a", "inv", [0.0, 5.0]), _wl("b", "inv", [1.0, 5.0])
+    store.register_workload(a)
+    store.register_workload(b)
+    _ok(store, "b", CPU)
+    assert match(store, a, CPU.key).score == pytest.approx(SAME_LAYER_OTHER_BATCH)
+
+
+def test_similarity_weights_and_op_class(store):
+    a = _wl("a", "ia", [0.0, 0.0])
+    near, far, dense = _wl("n", "in", [0.0, 1.0]), _wl("f", "if", [3.0, 0.0]), _wl("d", "id", [0.0, 0.0], "dense")
+    for w in (a, near, far, dense):
+        store.register_workload(w)
+    for key in ("n", "f", "d"):
+        _ok(store, key, CPU)
+    m = match(store, a, CPU.key)
+    assert [n.workload.key for n in m.neighbours] == ["n", "f"]  # other op classes never match
+    assert m.score == pytest.approx(similarity([0, 0], [0, 1]))
+    # weighting only the first feature makes the 'near' layer identical to the tuned one
+    assert match(store, a, CPU.key, weights=[1.0, 0.0]).score == pytest.approx(0.99)
+    assert match(store, a, CPU.key, weights=[0.0, 1.0]).neighbours[0].workload.key == "f"
+
+
+def test_dispatch_thresholds():
+    assert choose(1.0, True).tuner == "reuse"
+    assert choose(0.9, False) .tuner == "gga"
+    assert choose(0.5, False).tuner == "tl_xgb"
+    assert choose(0.0, False).tuner == "xgb"
+    assert choose(0.0, False, override="random").dispatch == "override"
+    assert choose(0.5, False, high=0.4).tuner == "gga"
+
+
+def test_settings_persist(store, tmp_path):
+    store.set_meta("importance:llvm:conv2d", "[0.5, 0.5]")
+    store.set_meta("importance:llvm:conv2d", "[0.25, 0.75]")
+    store.close()
+    with open_history(str(tmp_path / "h.db"), readonly=True) as again:
+        assert again.get_meta("importance:llvm:conv2d") == "[0.25, 0.75]"
+        assert again.get_meta("missing") is None
+    with pytest.raises(ValueError):
+        store.set_meta("schema_version", "9")
