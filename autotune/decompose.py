@@ -91,6 +91,14 @@ class Layer:
             "epilogue": self.epilogue,
         }
 
+    def workload_info(self):
+        """This layer as history's workload row."""
+        from history import WorkloadInfo
+
+        return WorkloadInfo(
+            self.workload_key, self.batch_invariant_key, self.op_class, self.descriptor(), self.flops, tuple(self.features())
+        )
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("func", None)

@@ -17,16 +17,9 @@ Mode = Literal["rich", "quiet", "json"]
 
 
 def _clean(value: Any) -> Any:
-    """Make a value strict-JSON: NaN/inf become null (json.dumps would emit invalid tokens)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    return str(value)
+    from autotune.report import strict_json  # light module: no mlflow/matplotlib at import
+
+    return strict_json(value)
 
 
 def _fmt_latency(seconds: float | None) -> str:

@@ -53,18 +53,18 @@ def _num(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
-def _clean(value: Any) -> Any:
+def strict_json(value: Any) -> Any:
     """Strict-JSON copy of a report: NaN/inf -> null, tuples -> lists, Paths -> str."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): strict_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [strict_json(v) for v in value]
     if value is None or isinstance(value, (str, int, bool)):
         return value
     if hasattr(value, "item"):  # numpy scalars
-        return _clean(value.item())
+        return strict_json(value.item())
     return str(value)
 
 
@@ -215,7 +215,7 @@ def write_json(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """The full report as strict JSON (NaN/inf written as null so any JSON reader accepts it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(strict_json(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return path
 
 

@@ -135,9 +135,9 @@ def open_client(uri: str | None = None) -> tuple["MlflowClient", str]:
 
 
 def _clean_value(value: Any) -> Any:
-    from autotune.report import _clean
+    from autotune.report import strict_json
 
-    return _clean(value)
+    return strict_json(value)
 
 
 def report_params(report: Mapping[str, Any]) -> dict[str, str]:

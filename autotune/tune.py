@@ -102,7 +102,6 @@ class TuneSession:
         import tvm
 
         from autotune import decompose, frontend, roofline
-        from history import WorkloadInfo
 
         opts = self.options
         if not (self.target.has_device or opts.measure.rpc):
@@ -115,9 +114,7 @@ class TuneSession:
         self._input_dtypes = [spec.input_dtypes.get(k, "float32") for k in spec.input_shapes]
         self.store.register_target(self.target.history_info())
         for layer in layers:
-            self.store.register_workload(
-                WorkloadInfo(layer.workload_key, layer.batch_invariant_key, layer.op_class, layer.descriptor(), layer.flops, tuple(layer.features()))
-            )
+            self.store.register_workload(layer.workload_info())
         peaks = roofline.peaks_for_target({"kind": self.target.kind, "device_name": self.target.device_name})
         tunable = [l for l in layers if l.tunable]
         est = {l.name: estimate_seconds(l, peaks.peak_flops, peaks.peak_bw) for l in layers}
@@ -196,14 +193,12 @@ class TuneSession:
     # --- one layer ---------------------------------------------------------------------
     def tune_layer(self, layer, trials: int) -> dict[str, Any]:
         from autotune import dispatch
-        from history import WorkloadInfo
         from history.match import match
         from search import make_tuner
         from search.tuner import TrialResult
 
         opts = self.options
-        wl = WorkloadInfo(layer.workload_key, layer.batch_invariant_key, layer.op_class, layer.descriptor(), layer.flops, tuple(layer.features()))
-        m = match(self.store, wl, self.target.key, weights=self._importance(layer.op_class))
+        m = match(self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class))
         decision = dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
         out: dict[str, Any] = {
             "name": layer.name,
@@ -230,7 +225,7 @@ class TuneSession:
                 self.reporter.end_layer(layer.name, out)
                 return out
             space = self._space(layer)
-            priors = self._priors(layer, m, space)
+            priors = priors_from_match(self.store, m)
             tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
             # Resume: what earlier runs measured for this exact layer is known, not re-measured.
             earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
@@ -304,18 +299,6 @@ class TuneSession:
             space = self.spaces[layer.workload_key] = MetaScheduleSpace(layer.func, self.target.tvm_target, name=layer.name)
         return space
 
-    def _priors(self, layer, m, space) -> list:
-        """Best configs of similar layers, as evidence for the transfer tuners."""
-        from search.tuner import PriorRecord
-
-        priors = []
-        for nb in m.neighbours:
-            for rec in self.store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=2000):
-                priors.append(
-                    PriorRecord(rec.config, rec.latency_median, nb.similarity, tuple(nb.workload.features), nb.workload.key, rec.status)
-                )
-        return priors
-
     def default_latency(self, layer) -> float | None:
         """TVM's default schedule for this layer, measured once and kept in history."""
         from autotune.compile import default_space_id
@@ -378,6 +361,17 @@ class TuneSession:
                 return self.store.best(layer.workload_key, self.target.key)
             self.reporter.message(f"{layer.name}: record {rec.id} rejected: {problem}")
         return self.store.best(layer.workload_key, self.target.key)
+
+
+def priors_from_match(store, m, *, per_workload: int = 2000) -> list:
+    """The measured configs of a layer's history neighbours, as transfer evidence."""
+    from search.tuner import PriorRecord
+
+    priors = []
+    for nb in m.neighbours:
+        for rec in store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=per_workload):
+            priors.append(PriorRecord(rec.config, rec.latency_median, nb.similarity, tuple(nb.workload.features), nb.workload.key, rec.status))
+    return priors
 
 
 def _ratio(default: float | None, best: float | None) -> float | None:

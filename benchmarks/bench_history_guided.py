@@ -74,9 +74,8 @@ class CachedMeasurer:
         return min(vals) if vals else None
 
 
-def build_history(store, target, cm, models, size, per_layer, seed) -> int:
+def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str]) -> int:
     """Random-search records for the source models' layers, as the transfer evidence."""
-    from history import WorkloadInfo
     from search import make_tuner
     from templates.meta_schedule_space import MetaScheduleSpace
 
@@ -85,10 +84,10 @@ def build_history(store, target, cm, models, size, per_layer, seed) -> int:
     seen = set()
     for model in models:
         for layer in layers_of(model, size):
-            if layer.workload_key in seen:
-                continue
+            if layer.workload_key in seen or layer.workload_key in exclude:
+                continue  # a target layer in history would be an exact hit, not transfer
             seen.add(layer.workload_key)
-            store.register_workload(WorkloadInfo(layer.workload_key, layer.batch_invariant_key, layer.op_class, layer.descriptor(), layer.flops, tuple(layer.features())))
+            store.register_workload(layer.workload_info())
             space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
             tuner = make_tuner("random", space, seed=seed)
             results = cm.measure(layer.workload_key, space, tuner.ask(per_layer))
@@ -100,17 +99,12 @@ def build_history(store, target, cm, models, size, per_layer, seed) -> int:
 
 
 def priors_for(store, layer, target):
-    from history import WorkloadInfo
+    """Match score and transfer evidence exactly as ``autotune tune`` computes them."""
+    from autotune.tune import priors_from_match
     from history.match import match
-    from search.tuner import PriorRecord
 
-    wl = WorkloadInfo(layer.workload_key, layer.batch_invariant_key, layer.op_class, layer.descriptor(), layer.flops, tuple(layer.features()))
-    m = match(store, wl, target.key)
-    priors = []
-    for nb in m.neighbours:
-        for rec in store.records(workload_key=nb.workload.key, status="ok"):
-            priors.append(PriorRecord(rec.config, rec.latency_median, nb.similarity, tuple(nb.workload.features), nb.workload.key))
-    return m.score, priors
+    m = match(store, layer.workload_info(), target.key)
+    return m.score, priors_from_match(store, m)
 
 
 def run_one(tuner_name, space, layer, cm, trials, batch, seed, priors):
@@ -151,7 +145,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=56, help="image side for the zoo models (default 56)")
     parser.add_argument("--source", default="resnet50,vgg11", help="models whose layers form the history")
     parser.add_argument("--history-trials", type=int, default=48, help="random records per history layer")
-    parser.add_argument("--targets", default="resnet18:0,resnet18:3,resnet18:6,resnet18:9,resnet18:12,mobilenetv2:5",
+    parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3,resnet18:4,resnet18:7,resnet18:11,mobilenetv2:5",
                         help="MODEL:INDEX of tunable conv/dense layers (index into that model's list)")
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
@@ -169,14 +163,18 @@ def main() -> int:
     cm = CachedMeasurer(target)
     tmp = tempfile.mkdtemp(prefix="bench-hist-")
     store = open_history(os.path.join(tmp, "history.db"))
-    n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234)
+    targets = []
+    for spec in args.targets.split(","):
+        model, idx = spec.split(":")
+        targets.append((model, layers_of(model, args.size)[int(idx)]))
+    exclude = {layer.workload_key for _, layer in targets}
+    n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234, exclude=exclude)
     t_hist = time.perf_counter() - t_start
+    print(f"history: {n_hist} records in {t_hist:.0f} s", file=sys.stderr, flush=True)
 
     tuners = args.tuners.split(",")
     per_layer = []
-    for spec in args.targets.split(","):
-        model, idx = spec.split(":")
-        layer = layers_of(model, args.size)[int(idx)]
+    for model, layer in targets:
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
         score, priors = priors_for(store, layer, target)
         curves = {t: [] for t in tuners}

@@ -199,3 +199,18 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     keys = [(r.workload_key, json.dumps(r.config, sort_keys=True)) for r in after if r.status != "invalid"]
     assert len(keys) == len(set(keys)), "a config was measured twice"
     assert len(after) > len(kept)
+
+
+def test_report_command_reprints_a_run(tuned, workdir, capsys):
+    _, _, mlruns = tuned
+    report = json.loads((workdir / "run" / "report.json").read_text())
+    capsys.readouterr()
+    # by run directory
+    assert main(["report", str(workdir / "run"), "--out-dir", str(workdir / "rep1"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in out["rows"]} == {l["name"] for l in report["layers"]}
+    assert (workdir / "rep1" / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # by MLflow run id, read back through the tracking store
+    assert main(["report", report["mlflow_run_id"], "--mlflow-uri", f"sqlite:///{mlruns}", "--out-dir", str(workdir / "rep2")]) == 0
+    text = capsys.readouterr().out
+    assert "fused_conv2d_add_relu" in text and (workdir / "rep2" / "report.csv").exists()
