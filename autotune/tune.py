@@ -198,7 +198,8 @@ class TuneSession:
         from search.tuner import TrialResult
 
         opts = self.options
-        m = match(self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class))
+        space = self._space(layer)
+        m = match(self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class), space_id=space.space_id)
         decision = dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
         out: dict[str, Any] = {
             "name": layer.name,
@@ -224,7 +225,6 @@ class TuneSession:
                 out["speedup"] = _ratio(default, out["best_latency"])
                 self.reporter.end_layer(layer.name, out)
                 return out
-            space = self._space(layer)
             priors = priors_from_match(self.store, m)
             tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
             # Resume: what earlier runs measured for this exact layer is known, not re-measured.

@@ -72,9 +72,14 @@ def match(
     *,
     weights: Sequence[float] | None = None,
     max_neighbours: int = 8,
+    space_id: str | None = None,
 ) -> MatchResult:
-    """Score ``workload`` against everything history holds for its op class."""
-    best = store.best(workload.key, target_key)
+    """Score ``workload`` against everything history holds for its op class.
+
+    With ``space_id``, only a winner from that knob space is an exact hit: a baseline
+    record or a config from an older version of the space cannot be reused as is.
+    """
+    best = store.best(workload.key, target_key, space_id=space_id)
     if best is not None:
         return MatchResult(1.0, True, best)
     neighbours: list[Neighbour] = []

@@ -87,3 +87,13 @@ def test_settings_persist(store, tmp_path):
         assert again.get_meta("missing") is None
     with pytest.raises(ValueError):
         store.set_meta("schema_version", "9")
+
+
+def test_only_a_winner_of_the_current_space_is_an_exact_hit(store):
+    w = _wl("a", "ia", [1.0])
+    store.register_workload(w)
+    store.add_record(workload_key="a", target_key=CPU.key, space_id="tvm-default:llvm", config={}, samples=[1e-3], status="ok")
+    assert match(store, w, CPU.key).exact  # any space
+    assert not match(store, w, CPU.key, space_id="ms-generic-v1:abc").exact  # a baseline is not a tuned winner
+    store.add_record(workload_key="a", target_key=CPU.key, space_id="ms-generic-v1:abc", config={"k": 2}, samples=[2e-3], status="ok")
+    assert match(store, w, CPU.key, space_id="ms-generic-v1:abc").exact
