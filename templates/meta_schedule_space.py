@@ -164,6 +164,11 @@ class MetaScheduleSpace(KnobSpace):
                 axes = self._iter_names.get(block, [])
                 for j, loop in enumerate(inst.outputs):
                     names[loop] = f"{block}.{axes[j] if j < len(axes) and len(axes) == len(inst.outputs) else f'l{j}'}"
+            elif kind in ("GetConsumers", "GetProducers", "GetChildBlocks", "GetOutputBlocks"):
+                base = names.get(inst.inputs[0], "block") if inst.inputs else "block"
+                role = kind.removeprefix("Get").rstrip("s").lower()
+                for j, blk in enumerate(inst.outputs):
+                    names[blk] = f"{base}.{role}{j}"
             elif kind in ("CacheRead", "CacheWrite", "ReIndex"):
                 base = names.get(inst.inputs[0], "block")
                 names[inst.outputs[0]] = f"{base}.{kind.lower()}{int(inst.attrs[0]) if inst.attrs else 0}"
@@ -180,6 +185,8 @@ class MetaScheduleSpace(KnobSpace):
                 out.append(_Sampler(i, unique(f"{loop}.tile"), "tile", ()))
             elif kind == "SampleCategorical":
                 label = _categorical_label(insts, i, inst.outputs[0], names)
+                if label is None:  # a sample nothing uses: not a knob (it changes nothing)
+                    continue
                 values = tuple(int(v) if _is_int(v) else str(v) for v in inst.attrs[0])
                 out.append(_Sampler(i, unique(label), "categorical", values))
         return out
@@ -283,7 +290,7 @@ class MetaScheduleSpace(KnobSpace):
         return sch.mod
 
 
-def _categorical_label(insts, i: int, rv, names: dict) -> str:
+def _categorical_label(insts, i: int, rv, names: dict) -> str | None:
     """Name a categorical sample after what consumes it (usually an annotation)."""
     for later in insts[i + 1 :]:
         if later.kind.name == "Annotate" and any(x.same_as(rv) for x in later.inputs[1:]):
@@ -292,7 +299,9 @@ def _categorical_label(insts, i: int, rv, names: dict) -> str:
             return f"{target}.{key}"
         if later.kind.name == "Split" and any(x.same_as(rv) for x in later.inputs[1:] if x is not None):
             return f"{names.get(later.inputs[0], 'loop')}.split"
-    return f"categorical{i}"
+        if any(x is not None and x.same_as(rv) for x in list(later.inputs) if hasattr(x, "same_as")):
+            return f"{later.kind.name.lower()}{i}"
+    return None
 
 
 def _block_iter_names(func) -> dict[str, list[str]]:
