@@ -28,6 +28,8 @@ TUNABLE_CLASSES = (
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1}
 _REDUCE = 2  # IterVar.iter_type of a reduction axis (CommReduce)
+#: Blocks TOPI emits to copy an input into a padded buffer.
+_PAD_BLOCKS = ("pad_temp", "data_pad", "PadInput")
 
 
 @dataclass
@@ -164,10 +166,12 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
 
     flops = 0.0
     for b in blocks:
+        if b.name_hint in _PAD_BLOCKS:
+            continue  # a padded copy of the input moves data; it computes nothing
         is_mac = b is anchor and op_class in ("conv2d", "depthwise_conv2d", "dense", "batch_matmul")
         flops += volume(b) * (2 if is_mac else 1)
     nbytes = float(sum(math.prod(s) for s in shapes) * _DTYPE_BYTES.get(dtype, 4))
-    epilogue = [b.name_hint.removeprefix("T_") for b in blocks if b is not anchor and b.name_hint not in ("pad_temp", "data_pad", "PadInput")]
+    epilogue = [b.name_hint.removeprefix("T_") for b in blocks if b is not anchor and b.name_hint not in _PAD_BLOCKS]
 
     workload_key = _digest(["workload", _structure_hash(func), dtype])
     batch = batch_size if batch_size is not None else (inputs[0][0] if inputs and inputs[0] else 1)
@@ -284,7 +288,7 @@ def _padding(blocks) -> list[int]:
     from tvm.sym.pattern import detect_linear_equation
 
     for b in blocks:
-        if b.name_hint in ("pad_temp", "data_pad", "PadInput") and b.reads:
+        if b.name_hint in _PAD_BLOCKS and b.reads:
             pads = []
             for idx, iv in zip(b.reads[0].region[-2:], b.iter_vars[-2:]):
                 coeffs = detect_linear_equation(idx.min, [iv.var])
