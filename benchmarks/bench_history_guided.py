@@ -142,6 +142,23 @@ def trials_to_within(curve, best_known, tol=0.05):
     return None
 
 
+def plot_results(result: dict, out_dir: str) -> list[str]:
+    """One convergence plot per target layer, one curve (median over seeds) per tuner."""
+    from autotune.report import plot_convergence
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for row in result["layers"]:
+        tuners = {
+            t: [[[i + 1, b] for i, b in enumerate(curve) if b is not None] for curve in e["curves"]]
+            for t, e in row["tuners"].items()
+        }
+        name = row["layer"].replace(":", "_")
+        report = {"model": row["layer"], "layers": [], "tuners": tuners}
+        paths.append(str(plot_convergence(report, os.path.join(out_dir, f"{name}.png"))))
+    return paths
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=56, help="image side for the zoo models (default 56)")
@@ -155,7 +172,13 @@ def main() -> int:
     parser.add_argument("--tuners", default="xgb,tl_xgb,ga,gga")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--out")
+    parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
+    parser.add_argument("--from-json", help="only plot an earlier result file (with --plot-dir)")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as fh:
+            print("\n".join(plot_results(json.load(fh), args.plot_dir or ".")))
+        return 0
 
     from autotune.target import resolve_target
     from history import open_history
@@ -232,6 +255,8 @@ def main() -> int:
     store.close()
     text = json.dumps(result, indent=1, default=str)
     print(text)
+    if args.plot_dir:
+        plot_results(result, args.plot_dir)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")
