@@ -83,7 +83,7 @@ def evaluate(x, latency, folds: int, seed: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", default="resnet18:0,resnet18:6,resnet18:12,mobilenetv2:5")
+    parser.add_argument("--layers", default="resnet18:0,resnet18:4,resnet18:11,mobilenetv2:5")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--configs", type=int, default=120)
     parser.add_argument("--folds", type=int, default=4)
