@@ -10,6 +10,8 @@ are never measured again).
 from __future__ import annotations
 
 import math
+import os
+import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,7 +141,11 @@ class TuneSession:
         from autotune.tracking import report_params
 
         self.tracker.start(f"tune-{spec.name}", params=report_params(report), tags={"autotune.run_id": self.run_id})
-        self.store.start_run(self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner, params={"trials": opts.trials, "tuner": opts.tuner, "model": spec.source})
+        close_stale_runs(self.store)
+        self.store.start_run(
+            self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
+            params={"trials": opts.trials, "tuner": opts.tuner, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
+        )
         status = "failed"
         try:
             self.reporter.start_model(spec.name, [(l.name, n) for l, n in zip(tunable, budget)])
@@ -361,6 +367,33 @@ class TuneSession:
                 return self.store.best(layer.workload_key, self.target.key)
             self.reporter.message(f"{layer.name}: record {rec.id} rejected: {problem}")
         return self.store.best(layer.workload_key, self.target.key)
+
+
+def close_stale_runs(store) -> list[str]:
+    """Mark runs as killed whose process on this host is gone (SIGKILL, power loss):
+    their measurements are kept, only the run's status was left at 'running'."""
+    host = socket.gethostname()
+    closed = []
+    for run in store.runs():
+        params = run.get("params") or {}
+        pid = params.get("pid")
+        if run["status"] != "running" or params.get("host") != host or not isinstance(pid, int):
+            continue
+        if pid == os.getpid() or _alive(pid):
+            continue
+        store.finish_run(run["run_id"], "killed", {"reason": f"process {pid} on {host} is gone"})
+        closed.append(run["run_id"])
+    return closed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def priors_from_match(store, m, *, per_workload: int = 2000) -> list:

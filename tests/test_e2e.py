@@ -207,6 +207,11 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     keys = [(r.workload_key, json.dumps(r.config, sort_keys=True)) for r in after if r.status != "invalid"]
     assert len(keys) == len(set(keys)), "a config was measured twice"
     assert len(after) > len(kept)
+    with open_history(str(history), readonly=True) as store:
+        runs = store.runs()
+    # the killed run is recognised as such once its process is gone; the resume finished
+    assert [r["status"] for r in runs] == ["killed", "finished"]
+    assert runs[0]["n_records"] >= n
 
 
 def test_report_command_reprints_a_run(tuned, workdir, capsys):
