@@ -152,7 +152,7 @@ def cmd_tune(args) -> int:
     from autotune.progress import make_reporter
     from autotune.target import resolve_target
     from autotune.tracking import Tracker, finish_with_report
-    from autotune.tune import TuneOptions, TuneSession
+    from autotune.tune import TuneOptions, TuneSession, ensure_measurable
     from history import open_history
 
     _positive(args.trials, "--trials")
@@ -165,12 +165,7 @@ def cmd_tune(args) -> int:
         high=args.high, low=args.low, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc),
     )
     _check_tuner(args.tuner)
-    if not (target.has_device or args.rpc):
-        from autotune.errors import AutotuneError
-
-        raise AutotuneError(
-            f"cannot measure on {target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
-        )
+    ensure_measurable(target, args.rpc)
     if args.out:
         from autotune.compile import check_output_path
 

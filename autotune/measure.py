@@ -33,7 +33,6 @@ class Measurement:
     status: str  # "ok" | "build_error" | "run_error" | "timeout" | "invalid"
     samples: list[float] = field(default_factory=list)
     error: str | None = None
-    build_seconds: float = 0.0
 
     @property
     def latency(self) -> float | None:

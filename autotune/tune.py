@@ -39,6 +39,14 @@ class TuneOptions:
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
 
+def ensure_measurable(target: TargetSpec, rpc: str | None) -> None:
+    """Tuning measures: refuse early, before anything is written, when it cannot."""
+    if not (target.has_device or rpc):
+        raise AutotuneError(
+            f"cannot measure on {target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
+        )
+
+
 def split_budget(weights: list[float], budget: int, min_trials: int) -> list[int]:
     """Trials per layer in proportion to estimated time, at least ``min_trials`` each for
     the layers that get any; when the budget cannot cover everyone, the heaviest win."""
@@ -106,10 +114,7 @@ class TuneSession:
         from autotune import decompose, frontend, roofline
 
         opts = self.options
-        if not (self.target.has_device or opts.measure.rpc):
-            raise AutotuneError(
-                f"cannot measure on {self.target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
-            )
+        ensure_measurable(self.target, opts.measure.rpc)
         spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
         layers = decompose.decompose(mod, batch_size=batch_size)
         self._input_shapes = [list(v) for v in spec.input_shapes.values()]

@@ -27,6 +27,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _emit import emit  # noqa: E402
 
 
 def spearman(a, b) -> float:
@@ -135,11 +138,7 @@ def main() -> int:
         for name in ("ours", "tvm_per_store")
     }
     result = {"benchmark": "held-out rank prediction of measured latency", "target": target.key, "layers": rows, "summary": summary}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    emit(result, args.out, indent=1)
     return 0
 
 

@@ -28,6 +28,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _emit import emit  # noqa: E402
 
 PAIRS = (("tl_xgb", "xgb"), ("gga", "ga"))
 #: Closeness to the best known latency at which "found" is counted (the paper: 5%).
@@ -253,13 +256,9 @@ def main() -> int:
     }
     cm.measurer.close()
     store.close()
-    text = json.dumps(result, indent=1, default=str)
-    print(text)
+    emit(result, args.out)
     if args.plot_dir:
         plot_results(result, args.plot_dir)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
     return 0
 
 

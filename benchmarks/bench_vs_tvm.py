@@ -12,7 +12,6 @@ Prints one JSON object; the README records the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -20,6 +19,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _emit import emit  # noqa: E402
 
 
 def matmul_func(n: int):
@@ -116,11 +118,7 @@ def main() -> int:
     if not args.skip_tvm:
         result["tvm_tune_tir"] = run_tvm(func, target, args.trials, args.batch)
         result["speedup_per_trial"] = result["tvm_tune_tir"]["seconds_per_trial"] / result["autotune"]["seconds_per_trial"]
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    emit(result, args.out, indent=2)
     return 0
 
 

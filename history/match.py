@@ -83,10 +83,11 @@ def match(
     if best is not None:
         return MatchResult(1.0, True, best)
     neighbours: list[Neighbour] = []
+    same_class = {w.key: w for w in store.workloads(op_class=workload.op_class)}
     for row in store.summary():
         if row["n_ok"] == 0 or row["op_class"] != workload.op_class:
             continue
-        other = store.workload(row["workload_key"])
+        other = same_class.get(row["workload_key"])
         if other is None:
             continue
         if other.key == workload.key:
