@@ -79,8 +79,14 @@ class CachedMeasurer:
         return min(vals) if vals else None
 
 
-def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str]) -> int:
-    """Random-search records for the source models' layers, as the transfer evidence."""
+def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str], tuner_name: str = "random",
+                  batch: int = 8) -> int:
+    """Records for the source models' layers, as the transfer evidence.
+
+    ``random`` gives an unbiased sample per layer; ``xgb`` tunes each source layer (cold
+    XGBoost, ``per_layer`` trials) the way an earlier ``autotune tune`` run would have,
+    so history holds tuned winners, which is what users' history actually contains.
+    """
     from search import make_tuner
     from templates.meta_schedule_space import MetaScheduleSpace
 
@@ -94,12 +100,20 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
             seen.add(layer.workload_key)
             store.register_workload(layer.workload_info())
             space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-            tuner = make_tuner("random", space, seed=seed)
-            results = cm.measure(layer.workload_key, space, tuner.ask(per_layer))
-            for res in results:
-                store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
-                                 samples=[res.latency] if res.latency else [], status=res.status if res.status != "ok" or res.latency else "run_error", tuner="random")
-                n += 1
+            tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
+            done = 0
+            while done < per_layer:
+                cfgs = tuner.ask(min(batch, per_layer - done))
+                if not cfgs:
+                    break
+                results = cm.measure(layer.workload_key, space, cfgs)
+                tuner.tell(results)
+                for res in results:
+                    store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
+                                     samples=[res.latency] if res.latency else [],
+                                     status=res.status if res.status != "ok" or res.latency else "run_error", tuner=tuner_name)
+                    n += 1
+                    done += res.status != "invalid"
     return n
 
 
@@ -166,7 +180,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=56, help="image side for the zoo models (default 56)")
     parser.add_argument("--source", default="resnet50,vgg11", help="models whose layers form the history")
-    parser.add_argument("--history-trials", type=int, default=48, help="random records per history layer")
+    parser.add_argument("--history-trials", type=int, default=48, help="records per history layer")
+    parser.add_argument("--history-tuner", default="random", choices=("random", "xgb"),
+                        help="how history was made: a random sample, or a cold-XGBoost tuning run per source layer")
+    parser.add_argument("--target", default="llvm", help="llvm, or cuda on a GPU machine")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3,resnet18:4,resnet18:7,resnet18:11,mobilenetv2:5",
                         help="MODEL:INDEX of tunable conv/dense layers (index into that model's list)")
     parser.add_argument("--trials", type=int, default=60)
@@ -188,7 +205,7 @@ def main() -> int:
     from templates.meta_schedule_space import MetaScheduleSpace
 
     t_start = time.perf_counter()
-    target = resolve_target("llvm")
+    target = resolve_target(args.target)
     cm = CachedMeasurer(target, args.repeat)
     tmp = tempfile.mkdtemp(prefix="bench-hist-")
     store = open_history(os.path.join(tmp, "history.db"))
@@ -197,12 +214,30 @@ def main() -> int:
         model, idx = spec.split(":")
         targets.append((model, layers_of(model, args.size)[int(idx)]))
     exclude = {layer.workload_key for _, layer in targets}
-    n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234, exclude=exclude)
+    n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234, exclude=exclude,
+                           tuner_name=args.history_tuner, batch=args.batch)
     t_hist = time.perf_counter() - t_start
     print(f"history: {n_hist} records in {t_hist:.0f} s", file=sys.stderr, flush=True)
 
     tuners = args.tuners.split(",")
     per_layer = []
+
+    def assemble(rows: list[dict]) -> dict:
+        summary = {}
+        for guided, base in PAIRS:
+            for what in [f"{int(t * 100)}pct" for t in TOLERANCES] + ["final_latency"]:
+                key = f"{base}/{guided}@{what}"
+                ratios = [r[key] for r in rows if r.get(key) is not None]
+                if ratios:
+                    summary[key] = {"median_ratio": statistics.median(ratios), "per_layer": ratios}
+        return {
+            "benchmark": "trials to within 5% of best known latency (median over seeds)",
+            "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,
+            "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "seconds": round(t_hist, 1)},
+            "distinct_measurements": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
+            "layers": rows, "summary": summary,
+        }
+
     for model, layer in targets:
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
         score, priors = priors_for(store, layer, target)
@@ -239,21 +274,11 @@ def main() -> int:
         printable["tuners"] = {t: {k: v for k, v in e.items() if k != "curves"} for t, e in row["tuners"].items()}
         per_layer.append(row)
         print(json.dumps(printable), file=sys.stderr, flush=True)
+        if args.out:  # partial results survive a run cut short
+            with open(args.out, "w", encoding="utf-8") as fh:
+                json.dump(assemble(per_layer), fh, indent=1, default=str)
 
-    summary = {}
-    for guided, base in PAIRS:
-        for what in [f"{int(t * 100)}pct" for t in TOLERANCES] + ["final_latency"]:
-            key = f"{base}/{guided}@{what}"
-            ratios = [r[key] for r in per_layer if r.get(key) is not None]
-            if ratios:
-                summary[key] = {"median_ratio": statistics.median(ratios), "per_layer": ratios}
-    result = {
-        "benchmark": "trials to within 5% of best known latency (median over seeds)",
-        "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,
-        "history": {"models": args.source, "records": n_hist, "seconds": round(t_hist, 1)},
-        "distinct_measurements": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
-        "layers": per_layer, "summary": summary,
-    }
+    result = assemble(per_layer)
     cm.measurer.close()
     store.close()
     emit(result, args.out)

@@ -1,0 +1,185 @@
+"""Tuned layers against the vendor libraries (cuDNN, cuBLAS through PyTorch) on the GPU.
+
+For every tunable layer of a zoo model, the best tuned record and TVM's default schedule
+(dlight) are read from a history database that ``autotune tune`` filled on this GPU; the
+same operator is then timed through PyTorch, which calls cuDNN for convolutions and
+cuBLAS for matrix products. Vendor timing mirrors TVM's ``time_evaluator``: warm-up,
+then ``repeat`` batches of back-to-back calls timed with CUDA events, median kept.
+
+FP32 throughout, with TF32 tensor cores off by default (our kernels are plain FP32;
+``--tf32`` shows what the vendor gets when allowed to round inputs to TF32).
+Our fused layers may carry an epilogue (bias, ReLU) the vendor call does without: that
+favours the vendor.
+
+Run:  python benchmarks/bench_vs_vendor.py --model resnet18 --history H.db --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _emit import emit  # noqa: E402
+
+#: zoo model -> torchvision constructor, for the whole-model comparison.
+TORCHVISION = {"resnet18": "resnet18", "resnet50": "resnet50", "vgg11": "vgg11", "alexnet": "alexnet", "mobilenetv2": "mobilenet_v2"}
+
+
+def time_cuda(fn, *, warmup: int = 10, repeat: int = 7, min_repeat_ms: float = 20.0) -> float:
+    """Median seconds per call: ``repeat`` batches of ``number`` calls between CUDA events."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    number = max(1, math.ceil(min_repeat_ms / max(start.elapsed_time(end), 1e-3)))
+    samples = []
+    for _ in range(repeat):
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / number / 1e3)
+    return statistics.median(samples)
+
+
+def vendor_call(layer):
+    """A PyTorch closure computing the layer's operator, or None for classes we skip."""
+    import torch
+    import torch.nn.functional as F
+
+    dev = "cuda"
+    rand = lambda shape: torch.randn(*shape, device=dev, dtype=torch.float32)  # noqa: E731
+    a = layer.attrs
+    cls = layer.op_class
+    if cls in ("conv2d", "depthwise_conv2d"):
+        x, w = rand(layer.inputs[0]), rand(layer.weights[0])
+        b = rand(layer.weights[1]) if len(layer.weights) > 1 and len(layer.weights[1]) == 1 else None
+        return lambda: F.conv2d(x, w, b, tuple(a["stride"]), tuple(a["padding"][:2]), tuple(a["dilation"]), a["groups"])
+    if cls == "pool":
+        x = rand(layer.inputs[0])
+        k, p = tuple(a["kernel"]), tuple(a["padding"][:2])
+        stride = tuple(
+            (layer.inputs[0][2 + i] + 2 * p[i] - k[i]) // max(layer.output[2 + i] - 1, 1) for i in range(2)
+        )
+        pool = F.max_pool2d if a.get("kind") == "max" else F.avg_pool2d
+        return lambda: pool(x, k, stride, p)
+    if cls == "dense":
+        x, w = rand(layer.inputs[0]), rand(layer.weights[0])
+        b = rand(layer.weights[1]) if len(layer.weights) > 1 else None
+        if b is not None:
+            x2 = x.reshape(-1, x.shape[-1])
+            return lambda: torch.addmm(b, x2, w)
+        return lambda: x @ w
+    if cls == "batch_matmul":
+        x, y = rand(layer.inputs[0]), rand(layer.inputs[1])
+        return lambda: torch.matmul(x, y)
+    if cls == "softmax":
+        x = rand(layer.inputs[0])
+        return lambda: torch.softmax(x, -1)
+    if cls == "reduction":
+        x = rand(layer.inputs[0])
+        return lambda: x.mean((2, 3), keepdim=True)
+    if cls == "norm":
+        x = rand(layer.inputs[0])
+        w, b = rand(layer.weights[0]), rand(layer.weights[1])
+        return lambda: F.layer_norm(x, w.shape, w, b)
+    return None
+
+
+def model_latency_torch(name: str, size: int) -> float | None:
+    import torch
+    import torchvision
+
+    ctor = TORCHVISION.get(name)
+    if ctor is None:
+        return None
+    model = getattr(torchvision.models, ctor)().eval().cuda()
+    x = torch.randn(1, 3, size, size, device="cuda")
+    with torch.inference_mode():
+        return time_cuda(lambda: model(x), warmup=5, repeat=7)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--history", required=True, help="history database that 'autotune tune' filled on this GPU")
+    parser.add_argument("--target", default="cuda")
+    parser.add_argument("--tf32", action="store_true", help="let cuDNN/cuBLAS use TF32 tensor cores")
+    parser.add_argument("--ours-model-ms", type=float, help="whole-model latency of our tuned export (autotune run)")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest algorithm per shape
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+
+    from autotune import decompose, frontend
+    from autotune.compile import DEFAULT_SPACE_PREFIX
+    from autotune.target import resolve_target
+    from history import open_history
+
+    target = resolve_target(args.target)
+    store = open_history(args.history, readonly=True)
+    _, mod = frontend.load_and_fuse(args.model, size=args.size)
+    rows = []
+    for layer in decompose.decompose(mod):
+        if not layer.tunable:
+            continue
+        tuned = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key, status="ok")
+                 if r.ok and not r.space_id.startswith(DEFAULT_SPACE_PREFIX)]
+        default = store.best(layer.workload_key, target.key, space_id=DEFAULT_SPACE_PREFIX + target.kind)
+        fn = vendor_call(layer)
+        if not tuned or fn is None:
+            continue
+        best = min(tuned, key=lambda r: r.latency_median)
+        with torch.inference_mode():
+            vendor_s = time_cuda(fn)
+        rows.append({
+            "layer": layer.name, "op_class": layer.op_class, "inputs": layer.inputs, "weights": layer.weights,
+            "attrs": layer.attrs, "epilogue": layer.epilogue, "occurrences": layer.occurrences,
+            "gflop": layer.flops / 1e9, "trials": len(tuned),
+            "ours_us": best.latency_median * 1e6, "tvm_default_us": default.latency_median * 1e6 if default else None,
+            "vendor_us": vendor_s * 1e6, "vendor_over_ours": vendor_s / best.latency_median,
+        })
+        print(f"{layer.name:>24} {layer.op_class:>16}  ours {rows[-1]['ours_us']:9.1f} us  vendor {vendor_s * 1e6:9.1f} us"
+              f"  ratio {rows[-1]['vendor_over_ours']:.2f}", file=sys.stderr, flush=True)
+    store.close()
+    ratios = [r["vendor_over_ours"] for r in rows]
+    weighted = sum(r["vendor_us"] * r["occurrences"] for r in rows) / max(sum(r["ours_us"] * r["occurrences"] for r in rows), 1e-9)
+    result = {
+        "benchmark": "tuned layers vs cuDNN/cuBLAS (PyTorch), FP32",
+        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+        "tf32": args.tf32, "model": args.model, "size": args.size, "target": target.key,
+        "layers": rows,
+        "summary": {
+            "layers": len(rows),
+            "layers_at_least_vendor_speed": sum(r >= 1.0 for r in ratios),
+            "median_vendor_over_ours": statistics.median(ratios) if ratios else None,
+            "time_weighted_vendor_over_ours": weighted,
+        },
+    }
+    torch_model_s = model_latency_torch(args.model, args.size)
+    if torch_model_s is not None:
+        result["whole_model"] = {"torch_eager_ms": torch_model_s * 1e3, "ours_ms": args.ours_model_ms}
+    emit(result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

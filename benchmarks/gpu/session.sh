@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Everything that needs the lent GPU, as one command whose results come back as one
+# archive under $OUT (the device tool returns at most 8 files). Each step has its own
+# time limit and log; the archive is rewritten after every step, so a run cut short
+# still returns what it finished.
+#
+# On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
+#   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
+#   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
+set -u
+mode=${1:-check}
+shift || true
+dest=${OUT:-/tmp/autotune-gpu-out}
+R=/tmp/autotune-gpu/$mode
+rm -rf "$R"; mkdir -p "$R" "$dest"
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNE_HOME=$R/home
+py=python3
+
+pack() { tar czf "$dest/gpu-$mode.tgz" -C "$R" --exclude='*.so' . 2>/dev/null; cp "$R/steps.txt" "$dest/" 2>/dev/null; }
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0; t0=$(date +%s)
+  timeout "$limit" "$@" >"$R/$name.out" 2>"$R/$name.err"
+  local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$R/steps.txt"
+  tail -n 3 "$R/$name.err"
+  pack
+}
+
+case "$mode" in
+check)
+  step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; nvcc --version | tail -2;
+    $py -c 'import tvm, cuda.bindings; d=tvm.cuda(0); print(\"tvm\", tvm.__version__, \"cuda-bindings\", cuda.bindings.__version__, d.device_name, d.compute_version)'"
+  step pytest_gpu 150 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py
+  step tune 240 $py -m autotune tune resnet18 --trials ${TRIALS:-64} --no-mlflow --json --quiet --out "$R/resnet18_cuda.so"
+  step run_check 90 $py -m autotune run "$R/resnet18_cuda.so" --check resnet18 --json
+  step load_check 120 $py benchmarks/gpu/load_check.py "$R/resnet18_cuda.so" ${CARRIED_SO:-}
+  ours=$($py -c "import json,sys; print(json.load(open('$R/run_check.out'))['latency_median_s']*1e3)" 2>/dev/null || echo 0)
+  step vendor 120 $py benchmarks/bench_vs_vendor.py --model resnet18 --history "$R/home/history.db" --ours-model-ms "$ours" --out "$R/vendor.json"
+  step vendor_tf32 60 $py benchmarks/bench_vs_vendor.py --model resnet18 --history "$R/home/history.db" --ours-model-ms "$ours" --tf32 --out "$R/vendor_tf32.json"
+  ;;
+history)
+  step env 30 nvidia-smi -L
+  step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --out "$R/history_guided_cuda.json" "$@"
+  ;;
+*) echo "unknown mode $mode (check | history)"; exit 2 ;;
+esac
+pack
