@@ -17,7 +17,9 @@ EXIT_USAGE = 2
 
 
 def _home() -> Path:
-    return Path(os.environ.get("AUTOTUNE_HOME", Path.home() / ".autotune"))
+    from history.location import autotune_home
+
+    return Path(autotune_home())
 
 
 # --- shared options ----------------------------------------------------------------------

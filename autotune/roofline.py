@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import re
 import time
@@ -98,8 +97,9 @@ def lookup_gpu(device_name: str | None) -> Peaks | None:
 
 
 def autotune_home() -> Path:
-    """Per-user state directory; ``AUTOTUNE_HOME`` overrides ``~/.autotune`` (tests point it at tmp)."""
-    return Path(os.environ.get("AUTOTUNE_HOME") or "~/.autotune").expanduser()
+    from history.location import autotune_home as home
+
+    return Path(home())
 
 
 def default_cache_path() -> Path:

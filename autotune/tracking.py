@@ -40,7 +40,9 @@ _BATCH_MAX = 1000  # MLflow's limit on metrics per log_batch
 
 
 def _home() -> Path:
-    return Path(os.environ.get("AUTOTUNE_HOME") or "~/.autotune").expanduser()
+    from history.location import autotune_home
+
+    return Path(autotune_home())
 
 
 def default_tracking_uri() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .errors import HistoryError
 from .io import export_json, import_json
-from .location import DEFAULT_PATH, ENV_VAR, mask_url, resolve_location
+from .location import ENV_VAR, autotune_home, mask_url, resolve_location
 from .models import (
     MAX_ERROR_CHARS,
     RECORD_STATUSES,
@@ -24,7 +24,7 @@ from .schema import SCHEMA_VERSION
 from .store import HistoryStore, open_history
 
 __all__ = [
-    "DEFAULT_PATH",
+    "autotune_home",
     "ENV_VAR",
     "HistoryError",
     "HistoryStore",

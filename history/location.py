@@ -6,8 +6,19 @@ import os
 
 #: Environment variable naming the history location (file path or SQLAlchemy URL).
 ENV_VAR = "AUTOTUNE_HISTORY"
-#: Used when neither an explicit location nor the environment variable is given.
-DEFAULT_PATH = os.path.join("~", ".autotune", "history.db")
+#: Environment variable moving the per-user state directory (history, runs, MLflow store).
+HOME_ENV_VAR = "AUTOTUNE_HOME"
+#: History file name inside the state directory, used when nothing else names one.
+DEFAULT_NAME = "history.db"
+
+
+def autotune_home() -> str:
+    """The per-user state directory: ``$AUTOTUNE_HOME``, else ``~/.autotune``.
+
+    Defined here, in the lowest layer, so history, MLflow store, run reports and caches
+    all move together when the variable is set.
+    """
+    return os.path.expanduser(os.environ.get(HOME_ENV_VAR, "").strip() or os.path.join("~", ".autotune"))
 
 
 def is_url(location: str) -> bool:
@@ -16,7 +27,8 @@ def is_url(location: str) -> bool:
 
 
 def resolve_location(location: str | os.PathLike[str] | None = None) -> str:
-    """SQLAlchemy URL of the history: explicit argument, else $AUTOTUNE_HISTORY, else the default.
+    """SQLAlchemy URL of the history: explicit argument, else $AUTOTUNE_HISTORY, else
+    ``history.db`` in :func:`autotune_home`.
 
     File paths become ``sqlite:///<absolute path>`` so the URL does not depend on the
     current directory of whoever prints or reopens it.
@@ -24,7 +36,7 @@ def resolve_location(location: str | os.PathLike[str] | None = None) -> str:
     if location is not None:
         value = os.fspath(location)
     else:
-        value = os.environ.get(ENV_VAR, "").strip() or DEFAULT_PATH
+        value = os.environ.get(ENV_VAR, "").strip() or os.path.join(autotune_home(), DEFAULT_NAME)
     if is_url(value):
         return value
     return "sqlite:///" + os.path.abspath(os.path.expanduser(value))

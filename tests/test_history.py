@@ -97,8 +97,12 @@ def table_counts(path: Path | str) -> dict[str, int]:
 
 def test_resolve_location_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AUTOTUNE_HISTORY", raising=False)
+    monkeypatch.delenv("AUTOTUNE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert resolve_location(None) == "sqlite:///" + str(tmp_path / "home" / ".autotune" / "history.db")
+    # AUTOTUNE_HOME moves the history with the rest of the state directory
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "state"))
+    assert resolve_location(None) == "sqlite:///" + str(tmp_path / "state" / "history.db")
     monkeypatch.setenv("AUTOTUNE_HISTORY", str(tmp_path / "env.db"))
     assert resolve_location(None) == "sqlite:///" + str(tmp_path / "env.db")
     assert resolve_location(str(tmp_path / "arg.db")) == "sqlite:///" + str(tmp_path / "arg.db")
@@ -111,6 +115,7 @@ def test_resolve_location_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_default_location_is_created_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AUTOTUNE_HISTORY", raising=False)
+    monkeypatch.delenv("AUTOTUNE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     with open_history() as store:
         assert store.location == str(tmp_path / ".autotune" / "history.db")
