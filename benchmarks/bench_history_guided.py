@@ -184,6 +184,7 @@ def main() -> int:
     parser.add_argument("--history-tuner", default="random", choices=("random", "xgb"),
                         help="how history was made: a random sample, or a cold-XGBoost tuning run per source layer")
     parser.add_argument("--target", default="llvm", help="llvm, or cuda on a GPU machine")
+    parser.add_argument("--history-db", help="keep the history here; if it exists, reuse it instead of building one")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3,resnet18:4,resnet18:7,resnet18:11,mobilenetv2:5",
                         help="MODEL:INDEX of tunable conv/dense layers (index into that model's list)")
     parser.add_argument("--trials", type=int, default=60)
@@ -207,15 +208,19 @@ def main() -> int:
     t_start = time.perf_counter()
     target = resolve_target(args.target)
     cm = CachedMeasurer(target, args.repeat)
-    tmp = tempfile.mkdtemp(prefix="bench-hist-")
-    store = open_history(os.path.join(tmp, "history.db"))
+    db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
+    reuse = bool(args.history_db) and os.path.exists(args.history_db)
+    store = open_history(db)
     targets = []
     for spec in args.targets.split(","):
         model, idx = spec.split(":")
         targets.append((model, layers_of(model, args.size)[int(idx)]))
     exclude = {layer.workload_key for _, layer in targets}
-    n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234, exclude=exclude,
-                           tuner_name=args.history_tuner, batch=args.batch)
+    if reuse:  # an earlier run's history: same evidence, no re-measuring
+        n_hist = len(store.records(target_key=target.key))
+    else:
+        n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234,
+                               exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
     t_hist = time.perf_counter() - t_start
     print(f"history: {n_hist} records in {t_hist:.0f} s", file=sys.stderr, flush=True)
 

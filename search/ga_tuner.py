@@ -314,6 +314,47 @@ class GuidedGATuner(GATuner):
                 out.append(key)
         return out
 
+    def _initial_population(self) -> list[Any]:
+        """Mapped prior elites first; the rest drawn from the prior-only elite-gene
+        dictionary, with a quarter left uniformly random for diversity.
+
+        Filling the first generation with uniform random individuals (as the plain GA
+        does) spends half of it where history says not to look.
+        """
+        if not self.priors:
+            return super()._initial_population()
+        pop: list[Any] = []
+        taken: set[Key] = set()
+        for key in self._seed_keys():
+            if len(pop) >= self.pop_size:
+                break
+            if self._is_new(key, taken):
+                taken.add(key)
+                pop.append(self._individual(key))
+        self._before_breeding([])
+        n_random = (self.pop_size - len(pop)) // 4
+        while len(pop) < self.pop_size - n_random:
+            ind = self._dictionary_new(taken)
+            if ind is None:
+                break
+            taken.add(tuple(ind))
+            pop.append(ind)
+        while len(pop) < self.pop_size:
+            ind = self._random_new(taken)
+            if ind is None:
+                break
+            taken.add(tuple(ind))
+            pop.append(ind)
+        return pop
+
+    def _dictionary_new(self, taken: set[Key]) -> Any | None:
+        """A new individual with every gene drawn from the elite-gene dictionary."""
+        for _ in range(64):
+            key = tuple(int(self.rng.choice(size, p=dist)) for size, dist in zip(self.sizes, self.elite_dist))
+            if self._is_new(key, taken):
+                return self._individual(key)
+        return None
+
     # --- elite-gene dictionary ------------------------------------------------------------
     @staticmethod
     def _par_factor(par: np.ndarray) -> np.ndarray:

@@ -41,7 +41,12 @@ check)
   ;;
 history)
   step env 30 nvidia-smi -L
-  step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --out "$R/history_guided_cuda.json" "$@"
+  # The history database comes back in the archive: carry it into the next call
+  # (HISTORY_DB=path) to spend that call on target layers instead of rebuilding history.
+  db=$R/history_cuda.db
+  [ -n "${HISTORY_DB:-}" ] && cp "$HISTORY_DB" "$db"
+  step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --history-db "$db" \
+    --out "$R/history_guided_cuda.json" "$@"
   ;;
 *) echo "unknown mode $mode (check | history)"; exit 2 ;;
 esac
