@@ -152,6 +152,7 @@ class GATuner(Tuner):
 
     # --- generations ----------------------------------------------------------------------
     def _initial_population(self) -> list[Any]:
+        """Seed individuals (none in the plain GA) first, then :meth:`_fill_initial`."""
         taken: set[Key] = set()
         pop: list[Any] = []
         for key in self._seed_keys():
@@ -160,13 +161,21 @@ class GATuner(Tuner):
             if self._is_new(key, taken):
                 taken.add(key)
                 pop.append(self._individual(key))
-        while len(pop) < self.pop_size:
-            ind = self._random_new(taken)
+        self._fill_initial(pop, taken)
+        return pop
+
+    def _fill_initial(self, pop: list[Any], taken: set[Key]) -> None:
+        self._add_new(pop, taken, self._random_new, self.pop_size)
+
+    @staticmethod
+    def _add_new(pop: list[Any], taken: set[Key], make, until: int) -> None:
+        """Append individuals from ``make(taken)`` until ``until`` or it runs dry."""
+        while len(pop) < until:
+            ind = make(taken)
             if ind is None:
                 break
             taken.add(tuple(ind))
             pop.append(ind)
-        return pop
 
     def _seed_keys(self) -> list[Key]:
         return []
@@ -191,12 +200,7 @@ class GATuner(Tuner):
         taken: set[Key] = set()
         offspring: list[Any] = []
         if len(pool) < 2:
-            while len(offspring) < self.pop_size:
-                ind = self._random_new(taken)
-                if ind is None:
-                    break
-                taken.add(tuple(ind))
-                offspring.append(ind)
+            self._add_new(offspring, taken, self._random_new, self.pop_size)
         else:
             self._before_breeding(pool)
             target = self.pop_size - len(elites)
@@ -314,38 +318,17 @@ class GuidedGATuner(GATuner):
                 out.append(key)
         return out
 
-    def _initial_population(self) -> list[Any]:
-        """Mapped prior elites first; the rest drawn from the prior-only elite-gene
-        dictionary, with a quarter left uniformly random for diversity.
+    def _fill_initial(self, pop: list[Any], taken: set[Key]) -> None:
+        """After the mapped prior elites: draws from the prior-only elite-gene dictionary,
+        with a quarter of the places left to uniform draws for diversity.
 
-        Filling the first generation with uniform random individuals (as the plain GA
-        does) spends half of it where history says not to look.
+        Filling the first generation uniformly (as the plain GA does) spends most of it
+        where history says not to look.
         """
-        if not self.priors:
-            return super()._initial_population()
-        pop: list[Any] = []
-        taken: set[Key] = set()
-        for key in self._seed_keys():
-            if len(pop) >= self.pop_size:
-                break
-            if self._is_new(key, taken):
-                taken.add(key)
-                pop.append(self._individual(key))
-        self._before_breeding([])
-        n_random = (self.pop_size - len(pop)) // 4
-        while len(pop) < self.pop_size - n_random:
-            ind = self._dictionary_new(taken)
-            if ind is None:
-                break
-            taken.add(tuple(ind))
-            pop.append(ind)
-        while len(pop) < self.pop_size:
-            ind = self._random_new(taken)
-            if ind is None:
-                break
-            taken.add(tuple(ind))
-            pop.append(ind)
-        return pop
+        if self.priors:
+            self._before_breeding([])
+            self._add_new(pop, taken, self._dictionary_new, self.pop_size - (self.pop_size - len(pop)) // 4)
+        super()._fill_initial(pop, taken)
 
     def _dictionary_new(self, taken: set[Key]) -> Any | None:
         """A new individual with every gene drawn from the elite-gene dictionary."""

@@ -497,6 +497,23 @@ def test_gga_elite_dictionary_normalized_and_prior_informed(target, similar_prio
     assert tuner.elite_dist[k][j] > 2.0 / len(target.knob("dense.i.tile"))
 
 
+def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors):
+    """Beyond the seeds, the first generation favours the genes history's elites carry."""
+    k = target.knob_names.index("dense.i.tile")
+    best = target.knob("dense.i.tile").index(map_config(target, similar_priors[0].config)["dense.i.tile"])
+
+    def share(tuner) -> float:
+        seeds = {tuple(k) for k in tuner._seed_keys()}
+        first = [c for c in tuner.ask(tuner.pop_size) if tuple(target.to_indices(c)) not in seeds]
+        assert first  # room is left beyond the seeds
+        return float(np.mean([target.knob("dense.i.tile").index(c["dense.i.tile"]) == best for c in first]))
+
+    guided = np.mean([share(GuidedGATuner(target, seed=s, priors=similar_priors, layer_features=target.layer_features))
+                      for s in range(3)])
+    uniform = 1.0 / len(target.knob("dense.i.tile"))
+    assert guided > 5 * uniform
+
+
 # --------------------------------------------------------------------------------------
 # search quality on the synthetic problem (median trials-to-5% over 5 seeds)
 # --------------------------------------------------------------------------------------
