@@ -159,6 +159,30 @@ def trials_to_within(curve, best_known, tol=0.05):
     return None
 
 
+def markdown_table(result: dict) -> str:
+    """The README's table: median trials to 5% / 25% and final latency per tuner and layer.
+
+    An unreached target shows as ``>N`` (N = the trial budget), and the median counts it
+    as N+1, so a median shown as ``>N`` means at least half of the seeds never got there.
+    """
+    trials = result["trials"]
+    tuners = list(result["layers"][0]["tuners"]) if result["layers"] else []
+
+    def fmt(v: float) -> str:
+        return f">{trials}" if v > trials else f"{v:g}"
+
+    head = " / ".join(tuners)
+    lines = [f"| layer (match) | trials to 5%: {head} | trials to 25%: {head} | final latency (us): {head} |",
+             "| --- | --- | --- | --- |"]
+    for row in result["layers"]:
+        e = row["tuners"]
+        to5 = " / ".join(fmt(e[t]["median_trials_to_5pct"]) for t in tuners)
+        to25 = " / ".join(fmt(e[t]["median_trials_to_25pct"]) for t in tuners)
+        final = " / ".join(f"{e[t]['median_final_latency_s'] * 1e6:.1f}" for t in tuners)
+        lines.append(f"| {row['layer']} ({row['match_score']:.2f}) | {to5} | {to25} | {final} |")
+    return "\n".join(lines)
+
+
 def plot_results(result: dict, out_dir: str) -> list[str]:
     """One convergence plot per target layer, one curve (median over seeds) per tuner."""
     from autotune.report import plot_convergence
@@ -194,11 +218,14 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--out")
     parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
-    parser.add_argument("--from-json", help="only plot an earlier result file (with --plot-dir)")
+    parser.add_argument("--from-json", help="print the markdown table of an earlier result file (and plot it with --plot-dir)")
     args = parser.parse_args()
     if args.from_json:
         with open(args.from_json, encoding="utf-8") as fh:
-            print("\n".join(plot_results(json.load(fh), args.plot_dir or ".")))
+            earlier = json.load(fh)
+        print(markdown_table(earlier))
+        if args.plot_dir:
+            print("\n".join(plot_results(earlier, args.plot_dir)))
         return 0
 
     from autotune.target import resolve_target
