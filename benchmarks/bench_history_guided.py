@@ -101,20 +101,33 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
             store.register_workload(layer.workload_info())
             space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
             tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
-            done = 0
-            while done < per_layer:
-                cfgs = tuner.ask(min(batch, per_layer - done))
-                if not cfgs:
-                    break
-                results = cm.measure(layer.workload_key, space, cfgs)
-                tuner.tell(results)
+            for results in tune_batches(tuner, cm, layer, space, per_layer, batch):
                 for res in results:
                     store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
                                      samples=[res.latency] if res.latency else [],
                                      status=res.status if res.status != "ok" or res.latency else "run_error", tuner=tuner_name)
                     n += 1
-                    done += res.status != "invalid"
     return n
+
+
+def tune_batches(tuner, cm, layer, space, trials: int, batch: int, overhead: list[float] | None = None):
+    """The ask/tell loop of both history building and the comparison: yields each
+    measured batch until ``trials`` valid points; ``overhead[0]`` accumulates the seconds
+    spent in ask and tell (model training and search, no measurement)."""
+    done = 0
+    while done < trials:
+        t0 = time.perf_counter()
+        cfgs = tuner.ask(min(batch, trials - done))
+        spent = time.perf_counter() - t0
+        if not cfgs:
+            break
+        results = cm.measure(layer.workload_key, space, cfgs)
+        t0 = time.perf_counter()
+        tuner.tell(results)
+        if overhead is not None:
+            overhead[0] += spent + time.perf_counter() - t0
+        done += sum(r.status != "invalid" for r in results)
+        yield results
 
 
 def priors_for(store, layer, target):
@@ -130,26 +143,16 @@ def run_one(tuner_name, space, layer, cm, trials, batch, seed, priors):
     from search import make_tuner
 
     tuner = make_tuner(tuner_name, space, seed=seed, priors=priors, layer_features=layer.features())
-    curve, done, best = [], 0, None
-    t_overhead = 0.0
-    while done < trials:
-        t0 = time.perf_counter()
-        cfgs = tuner.ask(min(batch, trials - done))
-        t_overhead += time.perf_counter() - t0
-        if not cfgs:
-            break
-        results = cm.measure(layer.workload_key, space, cfgs)
-        t0 = time.perf_counter()
-        tuner.tell(results)
-        t_overhead += time.perf_counter() - t0
+    curve, best = [], None
+    overhead = [0.0]
+    for results in tune_batches(tuner, cm, layer, space, trials, batch, overhead):
         for r in results:
             if r.status == "invalid":
                 continue
-            done += 1
             if r.ok and (best is None or r.latency < best):
                 best = r.latency
             curve.append(best)
-    return curve, t_overhead / max(done, 1)
+    return curve, overhead[0] / max(len(curve), 1)
 
 
 def trials_to_within(curve, best_known, tol=0.05):
