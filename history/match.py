@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from .models import Record, WorkloadInfo
 from .store import HistoryStore
 
@@ -51,17 +53,32 @@ class MatchResult:
 
 
 def similarity(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None) -> float:
-    """exp(-weighted mean absolute difference): 1 for equal features, -> 0 when far.
+    """exp(-weighted mean absolute difference) of two layers' features: 1 when equal.
 
-    Features are on log scales (see the layer decomposition), so a difference of 1 is a
-    factor of two in a dimension.
+    The one similarity of layers in the project: the match score that picks a tuner and
+    the transfer tuners' history filter both use it (the filter with the cost model's
+    importances as weights). Layer features are on log2 scales (see
+    ``autotune.decompose.Layer.features``), so a difference of 1 is a factor of two in a
+    dimension; with n equally weighted features, one dimension off by 2x gives exp(-1/n).
+    Features missing (NaN) on either side are left out and the weights renormalized;
+    weights that leave nothing comparable fall back to uniform; nothing comparable is 0.
     """
-    n = min(len(a), len(b))
+    va = np.asarray(list(a), dtype=float)
+    vb = np.asarray(list(b), dtype=float)
+    n = min(len(va), len(vb))
     if n == 0:
         return 0.0
-    w = list(weights[:n]) if weights is not None and len(weights) >= n else [1.0] * n
-    total = sum(w) or 1.0
-    dist = sum(wi * abs(float(x) - float(y)) for wi, x, y in zip(w, a[:n], b[:n])) / total
+    va, vb = va[:n], vb[:n]
+    w = np.ones(n) if weights is None else np.asarray(list(weights), dtype=float)[:n]
+    if len(w) < n:
+        w = np.concatenate([w, np.zeros(n - len(w))])
+    comparable = np.isfinite(va) & np.isfinite(vb)
+    ok = comparable & (w > 0)
+    if not ok.any():
+        ok, w = comparable, np.ones(n)
+        if not ok.any():
+            return 0.0
+    dist = float((w[ok] * np.abs(va[ok] - vb[ok])).sum() / w[ok].sum())
     return math.exp(-dist)
 
 

@@ -69,7 +69,7 @@ class GATuner(Tuner):
         cxpb: float = 0.9,
         cx_indpb: float = 0.5,
         mut_indpb: float | None = None,
-        similarity_threshold: float = 0.5,
+        similarity_threshold: float = 0.25,
         seed_frac: float = 0.5,
         elite_frac: float = 0.25,
         p_elite: float = 0.7,

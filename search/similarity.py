@@ -2,12 +2,14 @@
 
 Two guards stand between history and a tuner:
 
-1. *Similarity*: an importance-weighted comparison of layer features. Features the cost
-   model actually splits on (say the reduction size) should decide similarity more than
-   ones it ignores (say the batch size that is always 1). Weights come from the cost
-   model's smoothed importances over the layer-feature columns, uniform before there is a
-   model. Features are compared on a sign-preserving log2 scale, since a 2x change of a
-   dimension matters about as much at 64 as at 4096.
+1. *Similarity*: an importance-weighted comparison of layer features, the same function
+   as the match score (:func:`history.match.similarity`). Features the cost model
+   actually splits on (say the reduction size) should decide similarity more than ones
+   it ignores (say the batch size that is always 1). Weights come from the cost model's
+   smoothed importances over the layer-feature columns, uniform before there is a model.
+   A record is kept when its layer is similar in absolute terms (``threshold``) and
+   close to the most similar layer history has (``relative``): evidence from a layer
+   half as similar as the best neighbour mostly dilutes the best neighbour's.
 2. *Contradiction*: a workload may look similar and still rank configs the other way
    round (a different bottleneck). Once this layer has measured at least ``min_shared``
    configs that a prior workload also has (after mapping its configs onto this space),
@@ -24,6 +26,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 from scipy.stats import kendalltau
 
+from history.match import similarity as layer_similarity
 from search.tuner import PriorRecord, TrialResult
 from templates.space import KnobSpace
 
@@ -34,10 +37,6 @@ __all__ = [
     "importance_weights",
     "layer_similarity",
 ]
-
-
-def _symlog2(x: np.ndarray) -> np.ndarray:
-    return np.sign(x) * np.log2(1.0 + np.abs(x))
 
 
 def importance_weights(importance: np.ndarray | None, n_layer: int) -> np.ndarray:
@@ -51,36 +50,6 @@ def importance_weights(importance: np.ndarray | None, n_layer: int) -> np.ndarra
         if total > 0:
             return part / total
     return np.full(n_layer, 1.0 / n_layer)
-
-
-def layer_similarity(
-    a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None, *, tau: float = 2.0
-) -> float:
-    """Similarity in [0, 1] of two layer-feature vectors (1 = identical).
-
-    Per feature: ``2 ** (-|symlog2(a) - symlog2(b)| / tau)`` (with tau=2, a 4x difference
-    halves it); combined as a weighted mean. Features missing (NaN) on either side are
-    left out and the weights renormalized; no comparable feature gives 0.
-    """
-    va = np.asarray(list(a), dtype=float)
-    vb = np.asarray(list(b), dtype=float)
-    n = min(len(va), len(vb))
-    if n == 0:
-        return 0.0
-    va, vb = va[:n], vb[:n]
-    w = np.full(n, 1.0) if weights is None else np.asarray(list(weights), dtype=float)[:n]
-    if len(w) < n:
-        w = np.concatenate([w, np.zeros(n - len(w))])
-    ok = np.isfinite(va) & np.isfinite(vb) & (w > 0)
-    if not ok.any():
-        # Weights may be concentrated on features this pair lacks: fall back to uniform.
-        ok = np.isfinite(va) & np.isfinite(vb)
-        if not ok.any():
-            return 0.0
-        w = np.ones(n)
-    d = np.abs(_symlog2(va[ok]) - _symlog2(vb[ok]))
-    per = np.power(2.0, -d / tau)
-    return float(np.clip((w[ok] * per).sum() / w[ok].sum(), 0.0, 1.0))
 
 
 def contradicting_workloads(
@@ -144,8 +113,9 @@ def filter_priors(
     priors: Sequence[PriorRecord],
     layer_features: Sequence[float],
     weights: Sequence[float] | None = None,
-    threshold: float = 0.5,
+    threshold: float = 0.25,
     *,
+    relative: float = 0.6,
     measured: Sequence[TrialResult] = (),
     space: KnobSpace | None = None,
     min_shared: int = 3,
@@ -158,7 +128,8 @@ def filter_priors(
     Similarity: the importance-weighted :func:`layer_similarity` when both this layer and
     the record have layer features (it replaces the record's stored score, which was
     computed without importances), else the record's own ``similarity``. Records below
-    ``threshold`` are dropped. With ``measured`` results and ``space``, whole workloads
+    ``threshold``, or below ``relative`` times the best similarity among the records,
+    are dropped. With ``measured`` results and ``space``, whole workloads
     found by :func:`contradicting_workloads` are dropped too. Similarity is computed once
     per distinct (workload, features), so 100k records cost little.
 
@@ -175,7 +146,8 @@ def filter_priors(
             s = layer_similarity(lf, rf, weights) if (lf and rf) else float(rec.similarity)
             sim_cache[key] = s
         sims[i] = s
-    keep = sims >= threshold
+    best = float(sims.max()) if len(sims) else 0.0
+    keep = sims >= max(threshold, relative * best)
     if measured and space is not None:
         bad = contradicting_workloads(
             priors, measured, space, min_shared=min_shared, tau_min=tau_min, mapped=mapped

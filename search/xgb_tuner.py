@@ -48,7 +48,7 @@ class XGBTuner(Tuner):
         n_estimators: int = 50,
         max_depth: int = 6,
         nthread: int = 2,
-        similarity_threshold: float = 0.5,
+        similarity_threshold: float = 0.25,
         max_prior_rows: int = 20000,
         prior_seed_frac: float = 0.5,
     ) -> None:

@@ -1,11 +1,14 @@
 """The generic knob space: TVM meta-schedule's own design space, made enumerable.
 
 meta-schedule describes a layer's schedules as *sketches*: traces whose sampling
-instructions (``SamplePerfectTile``, ``SampleCategorical``) hold random decisions. Each
-such instruction becomes a knob here, with every legal decision enumerated as a
-candidate, and a readable name derived from the block and loop it acts on
-(``conv2d_nchw.ff.tile``, ``root.unroll_explicit``), so two layers of the same op class
-share knob names and history transfers between them by name.
+instructions (``SamplePerfectTile``, ``SampleCategorical``, ``SampleComputeLocation``)
+hold random decisions. Each such instruction becomes a knob here, with every legal
+decision enumerated as a candidate, and a readable name derived from the block and loop
+it acts on (``conv2d_nchw.ff.tile``, ``root.unroll_explicit``, ``pad_temp.compute_at``),
+so two layers of the same op class share knob names and history transfers between them
+by name. Every decision is a knob: one left to the sketch would be a random draw that
+differs between processes, so one config would name different programs in different
+runs (history could not be replayed, a reused winner would not be the measured one).
 
 Applying a config replays the sketch with those decisions and then runs the target's
 postprocessors (for CUDA, ending in GPU code verification), which reject invalid points.
@@ -21,7 +24,10 @@ from typing import Any, Mapping
 
 from templates.space import Config, InvalidConfig, Knob, KnobSpace
 
-TEMPLATE = "ms-generic-v1"
+#: v2: compute locations are knobs (v1 left them to the sketch's random draw).
+TEMPLATE = "ms-generic-v2"
+#: Fixed seed of the sketch generator: sketches (and so default configs) reproduce.
+SKETCH_SEED = 20200720
 
 _CONTEXT_LOCK = threading.Lock()
 #: meta-schedule's VerifyGPUCode postprocessor allows at most 8 virtual threads.
@@ -34,7 +40,7 @@ class _Sampler:
 
     inst_index: int
     knob: str
-    kind: str  # "tile" or "categorical"
+    kind: str  # "tile", "categorical" or "compute_at"
     values: tuple[Any, ...]  # categorical: the instruction's own candidate values
 
 
@@ -106,6 +112,7 @@ class MetaScheduleSpace(KnobSpace):
                 ),
                 task_name=name,
                 num_threads=1,
+                rand_state=SKETCH_SEED,
             )
             self.sketches = list(ctx.generate_design_space())
         if not self.sketches:
@@ -129,6 +136,13 @@ class MetaScheduleSpace(KnobSpace):
                     parts, innermost = int(inst.attrs[0]), int(inst.attrs[1])
                     cands = perfect_tilings(math.prod(decision), parts, max(innermost, decision[-1]))
                     knobs[s.knob] = Knob(s.knob, tuple(list(c) for c in cands), "tile")
+                elif s.kind == "compute_at":
+                    locations = self._compute_locations(trace, s.inst_index)
+                    for other, other_samplers in zip(self.sketches, self._samplers):  # union over sketches
+                        for o in other_samplers:
+                            if o.knob == s.knob and other is not sketch:
+                                locations |= self._compute_locations(other.trace, o.inst_index)
+                    knobs[s.knob] = Knob(s.knob, tuple(sorted(locations)), "ordinal")
                 else:
                     knobs[s.knob] = Knob(s.knob, s.values, "ordinal" if _all_numbers(s.values) else "categorical")
         super().__init__(list(knobs.values()))
@@ -183,6 +197,9 @@ class MetaScheduleSpace(KnobSpace):
             elif kind == "SamplePerfectTile":
                 loop = names.get(inst.inputs[0], f"loop{i}")
                 out.append(_Sampler(i, unique(f"{loop}.tile"), "tile", ()))
+            elif kind == "SampleComputeLocation":
+                block = names.get(inst.inputs[0], "block")
+                out.append(_Sampler(i, unique(f"{block}.compute_at"), "compute_at", ()))
             elif kind == "SampleCategorical":
                 label = _categorical_label(insts, i, inst.outputs[0], names)
                 if label is None:  # a sample nothing uses: not a knob (it changes nothing)
@@ -190,6 +207,46 @@ class MetaScheduleSpace(KnobSpace):
                 values = tuple(int(v) if _is_int(v) else str(v) for v in inst.attrs[0])
                 out.append(_Sampler(i, unique(label), "categorical", values))
         return out
+
+    def _replay(self, trace, wanted: Mapping[int, Any]):
+        """A schedule from ``trace`` with the decisions of instructions ``wanted``
+        (instruction index -> decision) replaced; the others as the sketch drew them."""
+        from tvm.s_tir import Schedule
+
+        index_of = {inst: i for i, inst in enumerate(trace.insts)}
+
+        def provider(inst, _inputs, _attrs, decision):
+            i = index_of.get(inst)
+            return wanted[i] if i in wanted else decision
+
+        sch = Schedule(self.mod, debug_mask="none")
+        trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        return sch
+
+    def _compute_locations(self, trace, inst_index: int) -> set[int]:
+        """Every location ``SampleComputeLocation`` may be given at ``inst_index``: -2
+        (root), -1 (inline) and each loop position of the block's consumers.
+
+        Which positions TVM accepts depends on the tiles: it skips loops of extent 1, and
+        moves a location requested inside such loops out to the nearest legal one, which
+        is the same program (a unit loop changes nothing about what is computed where).
+        So every position is a candidate, and the tiles decide the program it gives."""
+        from tvm.s_tir import Schedule
+
+        block_rv = trace.insts[inst_index].inputs[0]
+        block_name = next(
+            (str(inst.attrs[0]) for inst in trace.insts[:inst_index]
+             if inst.kind.name in ("GetSBlock", "GetBlock") and inst.outputs[0].same_as(block_rv)),
+            None,
+        )
+        try:
+            plain = Schedule(self.mod, debug_mask="none")
+            consumers = [plain.get(c).name_hint for c in plain.get_consumers(plain.get_sblock(block_name))]
+            sch = self._replay(trace, {inst_index: -2})
+            loops = max(len(sch.get_loops(sch.get_sblock(name))) for name in consumers)
+        except Exception:  # a block that is not named in the sketch: keep what it drew
+            return {-2, -1, int(trace.decisions[trace.insts[inst_index]])}
+        return {-2, -1, *range(loops)}
 
     # --- validity ---------------------------------------------------------------------------
     def is_plausible(self, config: Mapping[str, Any]) -> bool:
@@ -234,7 +291,12 @@ class MetaScheduleSpace(KnobSpace):
             cfg: Config = {"sketch": k} if "sketch" in self._by_name else {}
             for s in samplers:
                 decision = trace.decisions[trace.insts[s.inst_index]]
-                cfg[s.knob] = [int(v) for v in decision] if s.kind == "tile" else s.values[int(decision)]
+                if s.kind == "tile":
+                    cfg[s.knob] = [int(v) for v in decision]
+                elif s.kind == "compute_at":
+                    cfg[s.knob] = int(decision)
+                else:
+                    cfg[s.knob] = s.values[int(decision)]
             for knob in self.knobs:  # knobs only other sketches use: their first candidate
                 cfg.setdefault(knob.name, knob.candidates[0])
             cfg = self.from_indices(self.to_indices(cfg))
@@ -256,8 +318,6 @@ class MetaScheduleSpace(KnobSpace):
 
     def apply(self, config: Mapping[str, Any]):
         """Replay the sketch with ``config``'s decisions; return the scheduled IRModule."""
-        from tvm.s_tir import Schedule
-
         if not self.contains(config):
             raise InvalidConfig("config does not belong to this space")
         if not self.is_plausible(config):
@@ -265,21 +325,20 @@ class MetaScheduleSpace(KnobSpace):
             raise InvalidConfig(f"{threads} threads / {vthreads} vthreads per block exceed the device limits")
         k = int(config.get("sketch", 0))
         trace = self.sketches[k].trace
-        wanted = {}
+        wanted: dict[int, Any] = {}
         for s in self._samplers[k]:
             value = config[s.knob]
-            wanted[s.inst_index] = [int(v) for v in value] if s.kind == "tile" else s.values.index(value)
-        index_of = {inst: i for i, inst in enumerate(trace.insts)}
-
-        def provider(inst, _inputs, _attrs, decision):
-            i = index_of.get(inst)
-            return wanted[i] if i in wanted else decision
-
-        sch = Schedule(self.mod, debug_mask="none")
+            if s.kind == "tile":
+                wanted[s.inst_index] = [int(v) for v in value]
+            elif s.kind == "compute_at":
+                wanted[s.inst_index] = int(value)  # TVM moves it out of unit loops
+            else:
+                wanted[s.inst_index] = s.values.index(value)
         try:
-            trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+            sch = self._replay(trace, wanted)
         except Exception as err:  # a decision the schedule primitives refuse
             raise InvalidConfig(f"schedule replay failed: {_first_line(err)}") from None
+
         for post in self.postprocs:
             try:
                 ok = post.apply(sch)

@@ -10,6 +10,7 @@ them within 5% of the optimum), latencies from a deterministic model with struct
 from __future__ import annotations
 
 import json
+import math
 import random
 from functools import lru_cache
 
@@ -68,7 +69,8 @@ class MatmulSpace(KnobSpace):
 
     @property
     def layer_features(self) -> list[float]:
-        return [float(self.M), float(self.N), float(self.K), 2.0 * self.M * self.N * self.K]
+        """log2 scale, as autotune.decompose.Layer.features gives them."""
+        return [math.log2(v) for v in (self.M, self.N, self.K, 2.0 * self.M * self.N * self.K)]
 
     def apply(self, config):
         if config["dense.i.tile"][2] * config["dense.j.tile"][2] > 1024:
@@ -372,16 +374,28 @@ def test_cost_model_constant_labels_fall_back():
 # --------------------------------------------------------------------------------------
 
 
+def log2_features(*dims: float) -> list[float]:
+    return [math.log2(d) for d in dims]
+
+
 def test_layer_similarity_properties():
-    a = [64, 64, 64, 2 * 64**3]
+    a = log2_features(64, 64, 64, 2 * 64**3)
     assert layer_similarity(a, a) == pytest.approx(1.0)
-    near = layer_similarity(a, [64, 128, 64, 2 * 64 * 128 * 64])
-    far = layer_similarity(a, [512, 1024, 64, 2 * 512 * 1024 * 64])
+    near = layer_similarity(a, log2_features(64, 128, 64, 2 * 64 * 128 * 64))
+    far = layer_similarity(a, log2_features(512, 1024, 64, 2 * 512 * 1024 * 64))
     assert 0.0 <= far < near < 1.0
+    # one dimension 2x off among four equally weighted features: exp(-1/4)... twice (dim and FLOPs)
+    assert near == pytest.approx(math.exp(-2 / 4))
+    # a 4x change must be told from a 2x change (features are already log2: no second log)
+    four = layer_similarity(a, log2_features(64, 256, 64, 2 * 64 * 256 * 64))
+    assert four == pytest.approx(near**2) and four < 0.5
     # weights decide which differences count
-    b = [64, 64, 1024, 2 * 64**3]
+    b = log2_features(64, 64, 1024, 2 * 64**3)
     assert layer_similarity(a, b, [1, 1, 0, 1]) == pytest.approx(1.0)
-    assert layer_similarity(a, b, [0, 0, 1, 0]) < 0.3
+    assert layer_similarity(a, b, [0, 0, 1, 0]) < 0.1
+    # missing features are left out; nothing comparable is 0
+    assert layer_similarity(a, [math.nan, *a[1:]]) == pytest.approx(1.0)
+    assert layer_similarity(a, [math.nan] * 4) == 0.0
     w = importance_weights(np.array([0.5, 0.2, 0.1, 0.1, 0.1]), 2)
     assert w.sum() == pytest.approx(1.0) and w[0] == pytest.approx(0.5)
     np.testing.assert_allclose(importance_weights(None, 4), 0.25)
@@ -391,7 +405,7 @@ def test_filter_priors_drops_dissimilar_and_contradicting(target):
     lf = target.layer_features
     good = history_of(target, "consistent", seed=5, n_random=60)
     bad = history_of(target, "inverted", seed=6, invert=True, n_random=60)
-    far_space_features = [1024.0, 1024.0, 4096.0, 2.0 * 1024 * 1024 * 4096]
+    far_space_features = log2_features(1024, 1024, 4096, 2.0 * 1024 * 1024 * 4096)
     far = [PriorRecord(r.config, r.latency, 0.9, far_space_features, "far") for r in good[:20]]
     priors = good + bad + far
     kept, w = filter_priors(priors, lf, None, 0.5)
@@ -407,6 +421,25 @@ def test_filter_priors_drops_dissimilar_and_contradicting(target):
     # fewer than 3 shared points: no verdict yet
     kept, _ = filter_priors(priors, lf, None, 0.5, measured=measured[:2], space=target)
     assert "inverted" in {r.workload_key for r in kept}
+
+
+def test_filter_priors_keeps_layers_close_to_the_best_neighbour():
+    """History may hold only loosely similar layers (the first conv of a network has no
+    close relative): the absolute floor keeps them, while a close neighbour, when there
+    is one, pushes out layers less than ``relative`` times as similar."""
+    me = log2_features(64, 64, 64, 2 * 64**3)
+    twin = log2_features(64, 64, 128, 2 * 64 * 64 * 128)  # one dim 2x off
+    loose = log2_features(256, 512, 64, 2 * 256 * 512 * 64)  # two dims 4x and 8x off
+    cfg = {"k": 1}
+    rec = lambda wk, lf: PriorRecord(cfg, 1e-3, 0.0, lf, wk)  # noqa: E731
+    s_twin, s_loose = layer_similarity(me, twin), layer_similarity(me, loose)
+    assert s_loose < 0.6 * s_twin and s_loose > 0.05
+    kept, _ = filter_priors([rec("twin", twin), rec("loose", loose)], me, None, 0.05, relative=0.6)
+    assert {r.workload_key for r in kept} == {"twin"}
+    kept, w = filter_priors([rec("loose", loose)], me, None, 0.05, relative=0.6)
+    assert [r.workload_key for r in kept] == ["loose"] and w[0] == pytest.approx(s_loose)
+    kept, _ = filter_priors([rec("twin", twin), rec("loose", loose)], me, None, 0.05, relative=0.0)
+    assert len(kept) == 2
 
 
 # --------------------------------------------------------------------------------------

@@ -219,6 +219,36 @@ def test_random_llvm_configs_apply(llvm_space):
     assert len(sketches) > 1
 
 
+def test_every_decision_is_a_knob_so_a_config_names_one_program(llvm_space, convs, llvm_target):
+    """The padding's compute location is a knob: left to the sketch, it was a random draw
+    that differed between processes, so one config named different programs in
+    different runs (a reused winner was not the measured one)."""
+    import tvm
+    import tvm_ffi
+
+    where = [k for k in llvm_space.knobs if k.name.endswith(".compute_at")]
+    assert [k.name for k in where] == ["pad_temp.compute_at"]
+    cands = where[0].candidates
+    assert {-2, -1} <= set(cands) and max(cands) >= 10  # root, inline, every loop position
+    again = MetaScheduleSpace(convs[1].func, llvm_target, name=convs[1].name)
+    assert again.default_config() == llvm_space.default_config()
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        cfg = llvm_space.random_config(rng)
+        assert tvm_ffi.structural_equal(llvm_space.apply(cfg), again.apply(cfg))
+    # the knob changes the program, and every location computes the same convolution
+    base = llvm_space.default_config()
+    params = llvm_space.mod["main"].params
+    shapes = [[int(d) for d in p.ty.shape] for p in params]
+    args = [rng.standard_normal(sh).astype("float32") for sh in shapes[:-1]]
+    want = _run(tvm.compile(llvm_space.mod, target=llvm_target), args + [np.zeros(shapes[-1], "float32")])
+    mods = [llvm_space.apply(dict(base, **{"pad_temp.compute_at": loc})) for loc in (-2, -1, max(cands))]
+    assert not tvm_ffi.structural_equal(mods[0], mods[1])
+    for mod in mods:
+        got = _run(tvm.compile(mod, target=llvm_target), args + [np.zeros(shapes[-1], "float32")])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_value_not_in_candidates_is_invalid(llvm_space):
     cfg = llvm_space.default_config()
     bad_tile = dict(cfg, **{"conv2d_nchw.ff.tile": [1, 1, 1, 63]})
