@@ -36,7 +36,7 @@ import numpy as np
 from deap import base, creator, tools
 
 from search.features import encoder_for
-from search.similarity import filter_priors
+from search.similarity import SIMILARITY_FLOOR, filter_priors
 from search.tuner import PriorRecord, TrialResult, Tuner
 from templates.space import Config, KnobSpace
 
@@ -69,7 +69,7 @@ class GATuner(Tuner):
         cxpb: float = 0.9,
         cx_indpb: float = 0.5,
         mut_indpb: float | None = None,
-        similarity_threshold: float = 0.25,
+        similarity_threshold: float = SIMILARITY_FLOOR,
         seed_frac: float = 0.5,
         elite_frac: float = 0.25,
         p_elite: float = 0.7,

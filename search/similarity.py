@@ -31,12 +31,17 @@ from search.tuner import PriorRecord, TrialResult
 from templates.space import KnobSpace
 
 __all__ = [
+    "SIMILARITY_FLOOR",
     "FilteredPriors",
     "contradicting_workloads",
     "filter_priors",
     "importance_weights",
     "layer_similarity",
 ]
+
+
+#: Similarity below which a history record is never kept, however few better ones exist.
+SIMILARITY_FLOOR = 0.25
 
 
 def importance_weights(importance: np.ndarray | None, n_layer: int) -> np.ndarray:
@@ -113,7 +118,7 @@ def filter_priors(
     priors: Sequence[PriorRecord],
     layer_features: Sequence[float],
     weights: Sequence[float] | None = None,
-    threshold: float = 0.25,
+    threshold: float = SIMILARITY_FLOOR,
     *,
     relative: float = 0.6,
     measured: Sequence[TrialResult] = (),

@@ -21,7 +21,7 @@ import numpy as np
 
 from search.cost_model import CostModel
 from search.features import FeatureEncoder, encoder_for
-from search.similarity import filter_priors, importance_weights
+from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
 from search.tuner import PriorRecord, Tuner
 from templates.space import Config, KnobSpace, config_to_json
 
@@ -48,7 +48,7 @@ class XGBTuner(Tuner):
         n_estimators: int = 50,
         max_depth: int = 6,
         nthread: int = 2,
-        similarity_threshold: float = 0.25,
+        similarity_threshold: float = SIMILARITY_FLOOR,
         max_prior_rows: int = 20000,
         prior_seed_frac: float = 0.5,
     ) -> None:
