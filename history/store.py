@@ -11,10 +11,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import sqlite3
+import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 from sqlalchemy import (
@@ -59,6 +61,8 @@ from .models import (
 BUSY_TIMEOUT_S = 60.0
 #: Seconds to wait for a database server before reporting it unreachable.
 CONNECT_TIMEOUT_S = 5
+#: Seconds to keep retrying the switch to WAL mode when it is contended at open.
+WAL_SWITCH_WAIT_S = 5.0
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _BEGIN_OPTION = "history_begin"
 
@@ -76,6 +80,61 @@ def _cause(exc: BaseException) -> str:
         text = str(exc)
     text = " ".join(text.split())
     return text or type(exc).__name__
+
+
+def _is_busy(exc: BaseException | None) -> bool:
+    """SQLITE_BUSY/LOCKED anywhere in the cause chain (HistoryError -> SQLAlchemy -> sqlite3)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, sqlite3.OperationalError):
+            code = getattr(exc, "sqlite_errorcode", None)
+            if code is not None:
+                return (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            return "database is locked" in str(exc)
+        exc = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc.__cause__
+        seen += 1
+    return False
+
+
+def _retry_while_busy(step: Callable[[], None], seconds: float = BUSY_TIMEOUT_S) -> None:
+    """Run ``step`` again while SQLite answers "database is locked" without waiting.
+
+    SQLite's busy timeout does not cover every lock conflict: to avoid a deadlock it fails at
+    once when, for example, two processes that both just created a file race to create the
+    tables and switch to WAL (the journal-mode switch wants an exclusive lock while the other
+    holds a shared one). Backing off and trying again resolves it.
+    """
+    deadline = time.monotonic() + seconds
+    delay = 0.005
+    while True:
+        try:
+            step()
+            return
+        except HistoryError as exc:
+            if not _is_busy(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.25)
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting at most WAL_SWITCH_WAIT_S for other processes' locks.
+
+    The switch needs the file to itself; a reader of a rollback-journal file blocks it, and
+    nothing is gained by waiting the full write timeout for it.
+    """
+    conn.execute(f"PRAGMA busy_timeout={int(WAL_SWITCH_WAIT_S * 1000)}")
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+
+
+def _is_empty_file(path: str) -> bool:
+    try:
+        return os.path.getsize(path) == 0
+    except OSError:
+        return False
 
 
 def _check_str(name: str, value: Any) -> str:
@@ -150,21 +209,20 @@ class HistoryStore:
                 created_dirs = self._make_parents(path)
                 created_file = self._create_file(path)
             self._engine = self._sqlite_engine(path, readonly=readonly, immutable=immutable, memory=False)
-            self._init_schema(writable=not readonly, create=create)
+            _retry_while_busy(lambda: self._init_schema(writable=not readonly, create=create))
             if not readonly:
                 # Only now, once the file is known to be ours: WAL rewrites the file header.
                 self._wal = True
                 try:
-                    raw = self.engine.raw_connection()
-                    try:
-                        raw.driver_connection.execute("PRAGMA journal_mode=WAL")  # type: ignore[union-attr]
-                    finally:
-                        raw.close()
-                except (sqlite3.Error, SQLAlchemyError) as exc:
-                    raise HistoryError(f"cannot open history at {path}: {_cause(exc)}") from None
+                    _retry_while_busy(self._enable_wal, seconds=WAL_SWITCH_WAIT_S)
+                except HistoryError as exc:
+                    if not _is_busy(exc):
+                        raise
+                    # Still contended: the rollback journal is just as safe, only less concurrent.
         except BaseException:
             self._dispose()
-            if created_file:
+            # Only a file nobody has written to yet: another process may already share it.
+            if created_file and _is_empty_file(path):
                 for suffix in ("-wal", "-shm", "-journal", ""):
                     try:
                         os.unlink(path + suffix)
@@ -176,6 +234,16 @@ class HistoryStore:
                 except OSError:
                     pass
             raise
+
+    def _enable_wal(self) -> None:
+        try:
+            raw = self.engine.raw_connection()
+            try:
+                _switch_to_wal(raw.driver_connection)  # type: ignore[arg-type]
+            finally:
+                raw.close()
+        except (sqlite3.Error, SQLAlchemyError) as exc:
+            raise HistoryError(f"cannot open history at {self.location}: {_cause(exc)}") from exc
 
     @staticmethod
     def _check_existing_file(path: str, *, readonly: bool) -> None:
@@ -285,7 +353,13 @@ class HistoryStore:
                 if readonly:
                     cur.execute("PRAGMA query_only=ON")
                 elif self._wal:
-                    cur.execute("PRAGMA journal_mode=WAL")
+                    # Best effort: another process's close() may have switched the file back to a
+                    # rollback journal; if the switch is contended now, that journal is just as safe.
+                    try:
+                        _switch_to_wal(dbapi_conn)
+                    except sqlite3.OperationalError as exc:
+                        if not _is_busy(exc):
+                            raise
             finally:
                 cur.close()
 
@@ -327,7 +401,16 @@ class HistoryStore:
             raise
 
     def _init_schema(self, *, writable: bool, create: bool) -> None:
-        """Create tables in a fresh database; refuse foreign databases and newer schemas."""
+        """Create tables in a fresh database; refuse foreign databases and newer schemas.
+
+        A complete schema is checked in a read transaction: a writer that has nothing to
+        create must not need the write lock just to open the file.
+        """
+        if writable:
+            with self._read() as conn:
+                complete = set(schema.metadata.tables) <= set(inspect(conn).get_table_names())
+            if complete:
+                writable = False  # only the checks below remain; they raise or pass the same
         ctx = self._write("create tables") if writable else self._read()
         with ctx as conn:
             names = set(inspect(conn).get_table_names())

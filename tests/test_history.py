@@ -342,6 +342,32 @@ def test_persistence_across_reopen(tmp_path: Path) -> None:
         assert record_dicts(ro) == expected
 
 
+def test_open_for_writing_while_another_process_reads_a_rollback_journal_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The switch to WAL needs the file to itself; a reader mid-transaction must not make open fail."""
+    from history import store as store_module
+
+    monkeypatch.setattr(store_module, "WAL_SWITCH_WAIT_S", 0.2)
+    path = tmp_path / "h.db"
+    populated(path).close()  # the last writer out leaves the file in rollback-journal mode
+    reader = sqlite3.connect(path, isolation_level=None)
+    assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    reader.execute("BEGIN")
+    before = reader.execute("SELECT count(*) FROM records").fetchone()[0]  # holds a SHARED lock
+    try:
+        store = open_history(path)
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    with store:
+        # The rollback journal stayed; writing works once the reader is gone.
+        assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        store.add_record(workload_key=CONV.key, target_key=GPU.key, space_id="s", config={"after": 1},
+                         samples=[1e-3], status="ok")
+        assert len(store.records()) == before + 1
+
+
 def _run_script(code: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=str(REPO), env=env,
