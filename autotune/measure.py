@@ -24,6 +24,10 @@ from autotune.target import TargetSpec
 
 #: Worker processes are recycled after this many builds (PopenPool leaks slowly).
 _RECYCLE_AFTER = 200
+#: The local runner's worker is recycled after timing this many modules. It loads every
+#: module it times and never unloads one: after about 13,000 (9 GB resident) it hung for
+#: good in a benchmark here, unable to start the thread that enforces its timeout.
+_RUNNER_RECYCLE_AFTER = 500
 
 
 @dataclass
@@ -124,21 +128,35 @@ class Measurer:
         self.options = options or MeasureOptions()
         opts = self.options
         self.builder = WarmBuilder(max_workers=opts.build_workers, timeout_sec=opts.build_timeout)
-        evaluator = ms.runner.EvaluatorConfig(
+        self._evaluator = ms.runner.EvaluatorConfig(
             number=max(1, opts.number),
             repeat=opts.repeat,
             min_repeat_ms=opts.min_repeat_ms,
             enable_cpu_cache_flush=False,
         )
+        self._ms = ms
+        self.runner = self._make_runner()
+        self._runner_uses = 0
+        self.runner_generation = 0  # how many times the local runner's worker was replaced
+
+    def _make_runner(self):
+        ms, opts = self._ms, self.options
         if opts.rpc:
             host, port, key = _parse_rpc(opts.rpc)
-            self.runner = ms.runner.RPCRunner(
+            return ms.runner.RPCRunner(
                 rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key, session_timeout_sec=opts.run_timeout),
-                evaluator_config=evaluator,
+                evaluator_config=self._evaluator,
             )
-        else:
-            self.runner = ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=evaluator)
-        self._ms = ms
+        return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=self._evaluator)
+
+    def _local_runner(self):
+        """The local runner, on a fresh worker once the current one has timed enough modules."""
+        if self._runner_uses >= _RUNNER_RECYCLE_AFTER and not self.options.rpc:
+            self._shutdown_runner()
+            self.runner = self._make_runner()
+            self._runner_uses = 0
+            self.runner_generation += 1
+        return self.runner
 
     @property
     def can_run(self) -> bool:
@@ -161,7 +179,9 @@ class Measurer:
             run_inputs.append(ms.runner.RunnerInput(res.artifact_path, device_type, args_info))
             run_slots.append(i)
         if run_inputs:
-            futures = self.runner.run(run_inputs)
+            runner = self._local_runner()
+            self._runner_uses += len(run_inputs)
+            futures = runner.run(run_inputs)
             for slot, fut, rin in zip(run_slots, futures, run_inputs):
                 result = fut.result()
                 if result.error_msg:
@@ -174,6 +194,9 @@ class Measurer:
 
     def close(self) -> None:
         self.builder.close()
+        self._shutdown_runner()
+
+    def _shutdown_runner(self) -> None:
         pool = getattr(self.runner, "pool", None)
         if pool is not None:
             pool.shutdown()

@@ -101,6 +101,7 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
             store.register_workload(layer.workload_info())
             space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
             tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
+            print(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far)", file=sys.stderr, flush=True)
             for results in tune_batches(tuner, cm, layer, space, per_layer, batch):
                 for res in results:
                     store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
@@ -325,6 +326,9 @@ def main() -> int:
         for t in tuners:
             for seed in range(args.seeds):
                 curve, ovh = run_one(t, space, layer, cm, args.trials, args.batch, seed, priors)
+                final = f"{curve[-1] * 1e6:.1f} us" if curve and curve[-1] is not None else "no valid point"
+                print(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(curve)} trials",
+                      file=sys.stderr, flush=True)
                 curves[t].append(curve)
                 overhead[t].append(ovh)
         best_known = cm.best(layer.workload_key)

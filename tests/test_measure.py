@@ -1,0 +1,39 @@
+"""The measurer on the llvm target: real builds and timings."""
+
+from __future__ import annotations
+
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from tvm import te  # noqa: E402
+
+from autotune import measure  # noqa: E402
+from autotune.measure import MeasureOptions, Measurer  # noqa: E402
+from autotune.target import resolve_target  # noqa: E402
+
+
+def _matmul(n: int):
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")})
+
+
+def test_local_runner_worker_is_recycled_and_timing_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's worker loads every module it times and never unloads one; long
+    sessions must get a fresh worker instead of one that eventually hangs."""
+    monkeypatch.setattr(measure, "_RUNNER_RECYCLE_AFTER", 2)
+    measurer = Measurer(resolve_target("llvm"), MeasureOptions(repeat=2, min_repeat_ms=1, build_workers=1))
+    try:
+        first_pool = measurer.runner.pool
+        results = []
+        for n in (8, 16, 24):
+            results += measurer.measure([_matmul(n)])
+        assert [r.status for r in results] == ["ok", "ok", "ok"], [r.error for r in results]
+        assert all(r.latency and r.latency > 0 for r in results)
+        assert measurer.runner_generation == 1  # 2 timed, then a fresh worker for the third
+        assert measurer.runner.pool is not first_pool
+    finally:
+        measurer.close()
