@@ -149,8 +149,8 @@ class Measurer:
             )
         return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=self._evaluator)
 
-    def _local_runner(self):
-        """The local runner, on a fresh worker once the current one has timed enough modules."""
+    def _current_runner(self):
+        """The runner to use now: a local one gets a fresh worker once it has timed enough modules."""
         if self._runner_uses >= _RUNNER_RECYCLE_AFTER and not self.options.rpc:
             self._shutdown_runner()
             self.runner = self._make_runner()
@@ -179,7 +179,7 @@ class Measurer:
             run_inputs.append(ms.runner.RunnerInput(res.artifact_path, device_type, args_info))
             run_slots.append(i)
         if run_inputs:
-            runner = self._local_runner()
+            runner = self._current_runner()
             self._runner_uses += len(run_inputs)
             futures = runner.run(run_inputs)
             for slot, fut, rin in zip(run_slots, futures, run_inputs):

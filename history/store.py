@@ -61,7 +61,8 @@ from .models import (
 BUSY_TIMEOUT_S = 60.0
 #: Seconds to wait for a database server before reporting it unreachable.
 CONNECT_TIMEOUT_S = 5
-#: Seconds to keep retrying the switch to WAL mode when it is contended at open.
+#: Seconds the switch to WAL mode waits for other processes' locks (at open, and on each
+#: new connection) before the file keeps its rollback journal.
 WAL_SWITCH_WAIT_S = 5.0
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _BEGIN_OPTION = "history_begin"
@@ -408,9 +409,7 @@ class HistoryStore:
         """
         if writable:
             with self._read() as conn:
-                complete = set(schema.metadata.tables) <= set(inspect(conn).get_table_names())
-            if complete:
-                writable = False  # only the checks below remain; they raise or pass the same
+                writable = not set(schema.metadata.tables) <= set(inspect(conn).get_table_names())
         ctx = self._write("create tables") if writable else self._read()
         with ctx as conn:
             names = set(inspect(conn).get_table_names())
