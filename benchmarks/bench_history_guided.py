@@ -262,11 +262,16 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--out")
     parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
-    parser.add_argument("--from-json", help="print the markdown table of an earlier result file (and plot it with --plot-dir)")
+    parser.add_argument("--from-json", help="print the markdown table of earlier result files, comma-separated (and plot them with --plot-dir)")
     args = parser.parse_args()
     if args.from_json:
-        with open(args.from_json, encoding="utf-8") as fh:
-            earlier = json.load(fh)
+        # Several files (comma-separated) of one experiment, e.g. a layer rerun alone,
+        # print as one table whose medians cover all their layers.
+        parts = []
+        for path in args.from_json.split(","):
+            with open(path, encoding="utf-8") as fh:
+                parts.append(json.load(fh))
+        earlier = {**parts[0], "layers": [row for part in parts for row in part["layers"]]}
         print(markdown_table(earlier))
         if args.plot_dir:
             print("\n".join(plot_results(earlier, args.plot_dir)))
