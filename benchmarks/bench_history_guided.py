@@ -33,6 +33,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _emit import emit  # noqa: E402
 
 PAIRS = (("tl_xgb", "xgb"), ("gga", "ga"))
+_T0 = time.perf_counter()
+
+
+def log(message: str) -> None:
+    """A progress line on stderr, stamped with the seconds since start (the lent GPU's
+    calls are time-boxed, so the rate of progress is what plans the next call)."""
+    print(f"[{time.perf_counter() - _T0:6.0f} s] {message}", file=sys.stderr, flush=True)
 #: Closeness to the best known latency at which "found" is counted (the paper: 5%).
 TOLERANCES = (0.05, 0.10, 0.25)
 
@@ -86,8 +93,13 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
     ``random`` gives an unbiased sample per layer; ``xgb`` tunes each source layer (cold
     XGBoost, ``per_layer`` trials) the way an earlier ``autotune tune`` run would have,
     so history holds tuned winners, which is what users' history actually contains.
+
+    Resumable: a layer that already holds ``per_layer`` records is skipped, and one cut
+    short goes on from its records (told to the tuner first), so a history too big for
+    one call of the lent GPU is finished by the next.
     """
     from search import make_tuner
+    from search.tuner import TrialResult
     from templates.meta_schedule_space import MetaScheduleSpace
 
     store.register_target(target.history_info())
@@ -101,8 +113,14 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
             store.register_workload(layer.workload_info())
             space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
             tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
-            print(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far)", file=sys.stderr, flush=True)
-            for results in tune_batches(tuner, cm, layer, space, per_layer, batch):
+            have = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key) if r.status != "invalid"]
+            n += len(have)
+            if len(have) >= per_layer:
+                continue
+            if have:
+                tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in have])
+            log(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far, {cm.measured} measured)")
+            for results in tune_batches(tuner, cm, layer, space, per_layer - len(have), batch):
                 for res in results:
                     store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
                                      samples=[res.latency] if res.latency else [],
@@ -252,7 +270,7 @@ def main() -> int:
     parser.add_argument("--history-tuner", default="random", choices=("random", "xgb"),
                         help="how history was made: a random sample, or a cold-XGBoost tuning run per source layer")
     parser.add_argument("--target", default="llvm", help="llvm, or cuda on a GPU machine")
-    parser.add_argument("--history-db", help="keep the history here; if it exists, reuse it instead of building one")
+    parser.add_argument("--history-db", help="keep the history here; an existing file is reused and completed, not rebuilt")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3,resnet18:4,resnet18:7,resnet18:11,mobilenetv2:5",
                         help="MODEL:INDEX of tunable conv/dense layers (index into that model's list)")
     parser.add_argument("--trials", type=int, default=60)
@@ -285,20 +303,17 @@ def main() -> int:
     target = resolve_target(args.target)
     cm = CachedMeasurer(target, args.repeat)
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
-    reuse = bool(args.history_db) and os.path.exists(args.history_db)
     store = open_history(db)
     targets = []
     for spec in args.targets.split(","):
         model, idx = spec.split(":")
         targets.append((model, layers_of(model, args.size)[int(idx)]))
     exclude = {layer.workload_key for _, layer in targets}
-    if reuse:  # an earlier run's history: same evidence, no re-measuring
-        n_hist = len(store.records(target_key=target.key))
-    else:
-        n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234,
-                               exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
+    # An earlier run's history is the same evidence: only what it lacks is measured.
+    n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234,
+                           exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
     t_hist = time.perf_counter() - t_start
-    print(f"history: {n_hist} records in {t_hist:.0f} s", file=sys.stderr, flush=True)
+    log(f"history: {n_hist} records in {t_hist:.0f} s")
 
     tuners = args.tuners.split(",")
     per_layer = []
@@ -332,8 +347,7 @@ def main() -> int:
             for seed in range(args.seeds):
                 curve, ovh = run_one(t, space, layer, cm, args.trials, args.batch, seed, priors)
                 final = f"{curve[-1] * 1e6:.1f} us" if curve and curve[-1] is not None else "no valid point"
-                print(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(curve)} trials",
-                      file=sys.stderr, flush=True)
+                log(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(curve)} trials ({cm.measured} measured)")
                 curves[t].append(curve)
                 overhead[t].append(ovh)
         best_known = cm.best(layer.workload_key)

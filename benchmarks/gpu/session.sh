@@ -41,12 +41,16 @@ check)
   ;;
 history)
   step env 30 nvidia-smi -L
-  # The history database comes back in the archive: carry it into the next call
-  # (HISTORY_DB=path) to spend that call on target layers instead of rebuilding history.
-  db=$R/history_cuda.db
-  [ -n "${HISTORY_DB:-}" ] && cp "$HISTORY_DB" "$db"
+  # The history database lives outside $R, so calls to one warm machine share it (the
+  # benchmark completes a partial history instead of rebuilding it); a copy comes back
+  # in the archive, to carry into a fresh machine with HISTORY_DB=path.
+  db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
+  mkdir -p "$(dirname "$db")"
+  [ -n "${HISTORY_DB:-}" ] && [ ! -e "$db" ] && cp "$HISTORY_DB" "$db"
   step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --history-db "$db" \
-    --out "$R/history_guided_cuda.json" "$@"
+    --out "$R/history_guided_cuda${TAG:-}.json" "$@"
+  # SQLite's backup API: a consistent copy even if the run was cut short mid-write.
+  $py -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' "$db" "$R/history_cuda.db"
   ;;
 *) echo "unknown mode $mode (check | history)"; exit 2 ;;
 esac
