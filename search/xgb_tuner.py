@@ -5,11 +5,8 @@ results, then each batch retrains on its own measurements and anneals over the s
 with the model as fitness. ``TransferXGBTuner`` ("tl_xgb") trains on history as well:
 priors of similar layers (filtered by :func:`search.similarity.filter_priors`, one ranking
 group per workload weighted by similarity) plus its own results (their own group). With
-usable priors it needs no random warm-up: its first batches measure the best prior
-configs mapped onto this space (``prior_seeds`` of them, as many as the guided GA's first
-generation seeds) next to the prior-only model's picks. As its own measurements grow,
-they outweigh the priors (half the pull at ``min_train`` results, 80% at four times
-that), so history steers the start and the layer's own evidence the finish.
+usable priors it needs no random warm-up: the first batch holds the best prior configs
+mapped onto this space plus the prior-only model's picks.
 
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
 narrow region is confidently wrong elsewhere and only exploration can show it.
@@ -53,8 +50,7 @@ class XGBTuner(Tuner):
         nthread: int = 2,
         similarity_threshold: float = SIMILARITY_FLOOR,
         max_prior_rows: int = 20000,
-        prior_seed_frac: float = 0.75,
-        prior_seeds: int = 16,
+        prior_seed_frac: float = 0.5,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -64,8 +60,6 @@ class XGBTuner(Tuner):
         self.similarity_threshold = similarity_threshold
         self.max_prior_rows = max_prior_rows
         self.prior_seed_frac = prior_seed_frac
-        self.prior_seeds = prior_seeds
-        self._seeds_taken = 0
         self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features))
         self.model = CostModel(
             n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
@@ -177,15 +171,11 @@ class XGBTuner(Tuner):
         if len(own_idx):
             n_own = len(own_idx)
             prior_mass = float(p_w.sum()) if len(p_idx) else 0.0
-            # Pairs are sampled per row, so a group's pull is rows x weight. Our own
-            # measurements grow in from a third of the priors' total pull to as much as
-            # theirs at min_train results, then keep growing in proportion (n_own /
-            # min_train times the priors' pull): a layer's own evidence must win in the
-            # end, or the model stays on the plateau its neighbours' winners lead to.
-            share = max((1 + n_own) / (1 + self.min_train), 1 / 3)
-            if n_own >= self.min_train:
-                share = n_own / self.min_train
-            own_w = max(1.0, prior_mass / n_own * share)
+            # Pairs are sampled per row, so a group's pull is rows x weight: give our own
+            # measurements as much total pull as all priors together, growing in from a
+            # third while there are fewer than min_train of them.
+            ramp = min(1.0, (1 + n_own) / (1 + self.min_train))
+            own_w = max(1.0, prior_mass / n_own * max(ramp, 1 / 3))
             parts_X.append(self.encoder.encode_indices(own_idx, self.layer_features))
             parts_y.append(own_y)
             parts_w.append(np.full(n_own, own_w))
@@ -322,15 +312,13 @@ class XGBTuner(Tuner):
             out.append(cfg)
             return True
 
-        if self._seeds_taken < self.prior_seeds and self._prior_seeds:
-            # Transfer warm start: the best history configs, mapped, measured first, a
-            # share of each batch until prior_seeds of them have been proposed.
-            quota = min(int(math.ceil(self.prior_seed_frac * n_model)), self.prior_seeds - self._seeds_taken)
+        if n_results < self.min_train and self._prior_seeds:
+            # Transfer warm start: the best history configs, mapped, measured first.
+            quota = int(math.ceil(self.prior_seed_frac * n_model))
             for idx in self._prior_seeds:
                 if len(out) >= quota:
                     break
-                if take(idx):
-                    self._seeds_taken += 1
+                take(idx)
         for idx, _ in self._anneal():
             if len(out) >= n_model:
                 break
