@@ -52,14 +52,48 @@ def layers_of(model: str, size: int):
 
 
 class CachedMeasurer:
-    """Real measurements, each distinct (layer, config) measured once."""
+    """Real measurements, each distinct (layer, config) measured once.
 
-    def __init__(self, target, repeat: int = 3):
+    With ``path``, every measurement is also appended to that JSON-lines file, and the
+    file's lines for this target answer first: a run cut short (the lent GPU's calls
+    last 10 minutes) is resumed by the next, whose tuners replay their seeds from the
+    file and measure only what the cut run never reached. Lines are data (json.loads),
+    never code; a line cut short by a killed run is skipped.
+    """
+
+    def __init__(self, target, repeat: int = 3, path: str | None = None):
         from autotune.measure import MeasureOptions, Measurer
 
         self.measurer = Measurer(target, MeasureOptions(repeat=repeat, min_repeat_ms=10))
+        self.target_key = target.key
         self.cache: dict[tuple[str, str], tuple[float | None, str]] = {}
         self.measured = 0
+        self.loaded = 0
+        self.path = path
+        self._torn = False  # the file ends in a line cut short: start a new one first
+        if path and os.path.exists(path):
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                self._torn = not line.endswith("\n")
+                try:
+                    rec = json.loads(line)
+                    if rec["target"] == self.target_key:
+                        self.cache[(rec["layer"], rec["config"])] = (rec["latency"], rec["status"])
+                        self.loaded += 1
+                except (ValueError, KeyError, TypeError):
+                    continue
+
+    def _keep(self, key: tuple[str, str], value: tuple[float | None, str]) -> None:
+        self.cache[key] = value
+        self.measured += 1
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write("\n" * self._torn + json.dumps({"target": self.target_key, "layer": key[0], "config": key[1],
+                                     "latency": value[0], "status": value[1]}) + "\n")
+            self._torn = False
 
     def measure(self, layer_key: str, space, configs):
         from search.tuner import TrialResult
@@ -77,8 +111,8 @@ class CachedMeasurer:
                 self.cache[key] = out[key[1]] = (None, "invalid")
         if todo:
             for (key, _), res in zip(todo, self.measurer.measure([m for _, m in todo])):
-                self.cache[key] = out[key[1]] = (res.latency, res.status)
-                self.measured += 1
+                out[key[1]] = (res.latency, res.status)
+                self._keep(key, out[key[1]])
         return [TrialResult(cfg, *out[config_to_json(cfg)]) for cfg in configs]
 
     def best(self, layer_key: str) -> float | None:
@@ -122,10 +156,10 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
             log(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far, {cm.measured} measured)")
             for results in tune_batches(tuner, cm, layer, space, per_layer - len(have), batch):
                 for res in results:
+                    n += res.status != "invalid"
                     store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
                                      samples=[res.latency] if res.latency else [],
                                      status=res.status if res.status != "ok" or res.latency else "run_error", tuner=tuner_name)
-                    n += 1
     return n
 
 
@@ -278,6 +312,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--tuners", default="xgb,tl_xgb,ga,gga")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
+    parser.add_argument("--measurements", help="JSON-lines file of every measurement: read first, appended to, so a run cut short resumes")
     parser.add_argument("--out")
     parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
     parser.add_argument("--from-json", help="print the markdown table of earlier result files, comma-separated (and plot them with --plot-dir)")
@@ -301,7 +336,9 @@ def main() -> int:
 
     t_start = time.perf_counter()
     target = resolve_target(args.target)
-    cm = CachedMeasurer(target, args.repeat)
+    cm = CachedMeasurer(target, args.repeat, args.measurements)
+    if cm.loaded:
+        log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
     store = open_history(db)
     targets = []
@@ -334,7 +371,7 @@ def main() -> int:
             "benchmark": "trials to within 5% of best known latency (median over seeds)",
             "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,
             "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "seconds": round(t_hist, 1)},
-            "distinct_measurements": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
+            "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
             "layers": rows, "summary": summary,
         }
 

@@ -7,6 +7,14 @@
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
+#
+# The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
+# history DB and the measurement file persist on the warm machine, so the next call
+# with the same arguments completes the history and resumes the comparison where it was
+# cut. Into a fresh machine, carry the returned files: e.g. the H100 history of
+# 2026-11-22 (13 ResNet-50 layers at 64 trials),
+#   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.db \
+#     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
 set -u
 mode=${1:-check}
 shift || true
@@ -47,8 +55,13 @@ history)
   db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
   mkdir -p "$(dirname "$db")"
   [ -n "${HISTORY_DB:-}" ] && [ ! -e "$db" ] && cp "$HISTORY_DB" "$db"
+  # Every measurement too, so a comparison cut short by the call's limit resumes in the
+  # next call (MEASUREMENTS=path carries a returned file into a fresh machine).
+  meas=$(dirname "$db")/measurements_cuda.jsonl
+  [ -n "${MEASUREMENTS:-}" ] && [ ! -e "$meas" ] && cp "$MEASUREMENTS" "$meas"
   step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --history-db "$db" \
-    --out "$R/history_guided_cuda${TAG:-}.json" "$@"
+    --measurements "$meas" --out "$R/history_guided_cuda${TAG:-}.json" "$@"
+  cp "$meas" "$R/" 2>/dev/null
   # SQLite's backup API: a consistent copy even if the run was cut short mid-write.
   $py -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' "$db" "$R/history_cuda.db"
   ;;

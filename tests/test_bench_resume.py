@@ -1,0 +1,67 @@
+"""The history-guided benchmark's measurement file: a run cut short resumes from it.
+
+Real llvm builds and timings; the lent GPU's 10-minute calls are why this matters."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from tvm import te  # noqa: E402
+
+from autotune.target import resolve_target  # noqa: E402
+from templates import config_to_json  # noqa: E402
+from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_history_guided import CachedMeasurer  # noqa: E402
+
+
+def _matmul_func(n: int):
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")
+
+
+def test_measurement_file_answers_a_resumed_run(tmp_path):
+    target = resolve_target("llvm")
+    space = MetaScheduleSpace(_matmul_func(32), target.tvm_target, name="mm")
+    rng = np.random.default_rng(0)
+    cfgs = list({config_to_json(c): c for c in (space.random_config(rng) for _ in range(6))}.values())[:3]
+    path = tmp_path / "measurements.jsonl"
+
+    first = CachedMeasurer(target, repeat=1, path=str(path))
+    try:
+        got = first.measure("mm", space, cfgs[:2])
+    finally:
+        first.measurer.close()
+    assert first.measured == 2 and all(r.ok for r in got), [r.status for r in got]
+    lines = path.read_text().splitlines()
+    assert [json.loads(ln)["config"] for ln in lines] == [config_to_json(c) for c in cfgs[:2]]
+
+    # A killed run's torn last line, and another target's line, are skipped.
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"target": "cuda:sm_90:other", "layer": "mm", "config": config_to_json(cfgs[2]),
+                             "latency": 1e-9, "status": "ok"}) + "\n")
+        fh.write('{"target": "llvm')
+
+    resumed = CachedMeasurer(target, repeat=1, path=str(path))
+    try:
+        again = resumed.measure("mm", space, cfgs)
+    finally:
+        resumed.measurer.close()
+    assert resumed.loaded == 2
+    assert resumed.measured == 1  # only the config the first run never reached
+    assert [r.latency for r in again[:2]] == [r.latency for r in got]
+    assert again[2].ok and again[2].latency != 1e-9
+    # The new line starts on a line of its own, after the torn one.
+    last = json.loads(path.read_text().splitlines()[-1])
+    assert last["config"] == config_to_json(cfgs[2]) and last["target"] == target.key
