@@ -33,6 +33,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _emit import emit  # noqa: E402
 
 PAIRS = (("tl_xgb", "xgb"), ("gga", "ga"))
+#: Closeness to the best known latency at which "found" is counted (the paper: 5%).
+TOLERANCES = (0.05, 0.10, 0.25)
 _T0 = time.perf_counter()
 
 
@@ -40,8 +42,6 @@ def log(message: str) -> None:
     """A progress line on stderr, stamped with the seconds since start (the lent GPU's
     calls are time-boxed, so the rate of progress is what plans the next call)."""
     print(f"[{time.perf_counter() - _T0:6.0f} s] {message}", file=sys.stderr, flush=True)
-#: Closeness to the best known latency at which "found" is counted (the paper: 5%).
-TOLERANCES = (0.05, 0.10, 0.25)
 
 
 def layers_of(model: str, size: int):

@@ -11,9 +11,9 @@
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
 # history DB and the measurement file persist on the warm machine, so the next call
 # with the same arguments completes the history and resumes the comparison where it was
-# cut. Into a fresh machine, carry the returned files: e.g. the H100 history of
-# 2026-11-22 (13 ResNet-50 layers at 64 trials),
-#   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.db \
+# cut. Into a fresh machine, carry the returned files, or the committed export of the
+# H100 history of 2026-11-22 (12 ResNet-50 layers at 64 trials, one at 32, 10 at one):
+#   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
 set -u
 mode=${1:-check}
@@ -54,7 +54,12 @@ history)
   # in the archive, to carry into a fresh machine with HISTORY_DB=path.
   db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
   mkdir -p "$(dirname "$db")"
-  [ -n "${HISTORY_DB:-}" ] && [ ! -e "$db" ] && cp "$HISTORY_DB" "$db"
+  if [ -n "${HISTORY_DB:-}" ] && [ ! -e "$db" ]; then
+    case "$HISTORY_DB" in  # a `history export` JSON (as committed), or a database file
+      *.json) $py -m autotune history import "$HISTORY_DB" --history "$db" ;;
+      *) cp "$HISTORY_DB" "$db" ;;
+    esac
+  fi
   # Every measurement too, so a comparison cut short by the call's limit resumes in the
   # next call (MEASUREMENTS=path carries a returned file into a fresh machine).
   meas=$(dirname "$db")/measurements_cuda.jsonl
