@@ -86,13 +86,16 @@ class CachedMeasurer:
                 except (ValueError, KeyError, TypeError):
                     continue
 
-    def _keep(self, key: tuple[str, str], value: tuple[float | None, str]) -> None:
-        self.cache[key] = value
-        self.measured += 1
-        if self.path:
+    def _keep(self, kept: list[tuple[tuple[str, str], tuple[float | None, str]]]) -> None:
+        """Cache one batch's new measurements and append them to the file in one write."""
+        self.cache.update(kept)
+        self.measured += len(kept)
+        if self.path and kept:
+            lines = [json.dumps({"target": self.target_key, "layer": layer, "config": config,
+                                 "latency": latency, "status": status}) + "\n"
+                     for (layer, config), (latency, status) in kept]
             with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write("\n" * self._torn + json.dumps({"target": self.target_key, "layer": key[0], "config": key[1],
-                                     "latency": value[0], "status": value[1]}) + "\n")
+                fh.write("\n" * self._torn + "".join(lines))
             self._torn = False
 
     def measure(self, layer_key: str, space, configs):
@@ -110,9 +113,9 @@ class CachedMeasurer:
             except InvalidConfig:
                 self.cache[key] = out[key[1]] = (None, "invalid")
         if todo:
-            for (key, _), res in zip(todo, self.measurer.measure([m for _, m in todo])):
-                out[key[1]] = (res.latency, res.status)
-                self._keep(key, out[key[1]])
+            kept = [(key, (res.latency, res.status)) for (key, _), res in zip(todo, self.measurer.measure([m for _, m in todo]))]
+            self._keep(kept)
+            out.update((key[1], value) for key, value in kept)
         return [TrialResult(cfg, *out[config_to_json(cfg)]) for cfg in configs]
 
     def best(self, layer_key: str) -> float | None:
