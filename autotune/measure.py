@@ -17,6 +17,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -138,6 +139,8 @@ class Measurer:
         self.runner = self._make_runner()
         self._runner_uses = 0
         self.runner_generation = 0  # how many times the local runner's worker was replaced
+        #: Wall seconds spent building and timing, cumulative: where measurement time goes.
+        self.seconds = {"build": 0.0, "run": 0.0}
 
     def _make_runner(self):
         ms, opts = self._ms, self.options
@@ -166,7 +169,9 @@ class Measurer:
         """Build all, then time each successful build; order matches ``mods``."""
         ms = self._ms
         target = self.target.tvm_target
+        t0 = time.perf_counter()
         built = self.builder.build([ms.builder.BuilderInput(m, target) for m in mods])
+        self.seconds["build"] += time.perf_counter() - t0
         out: list[Measurement | None] = [None] * len(mods)
         run_inputs, run_slots = [], []
         device_type = "cuda" if self.target.kind == "cuda" else "cpu"
@@ -178,6 +183,7 @@ class Measurer:
             args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
             run_inputs.append(ms.runner.RunnerInput(res.artifact_path, device_type, args_info))
             run_slots.append(i)
+        t0 = time.perf_counter()
         if run_inputs:
             runner = self._current_runner()
             self._runner_uses += len(run_inputs)
@@ -190,6 +196,7 @@ class Measurer:
                 else:
                     out[slot] = Measurement("ok", samples=[float(s) for s in result.run_secs])
                 _remove(rin.artifact_path)
+        self.seconds["run"] += time.perf_counter() - t0
         return [m for m in out if m is not None]
 
     def close(self) -> None:

@@ -290,8 +290,7 @@ class TuneSession:
 
         from search.similarity import importance_weights
 
-        model = getattr(tuner, "model", None)
-        raw = getattr(model, "importance", None) if model is not None else None
+        raw = getattr(tuner, "importance", None)  # model-based tuners only
         if raw is None:
             return
         n = len(layer.features())

@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from _emit import emit  # noqa: E402
 
-PAIRS = (("tl_xgb", "xgb"), ("gga", "ga"))
+#: Each history-guided tuner and the history-free baseline it is measured against.
+BASELINE_OF = {"tl_xgb": "xgb", "gga": "ga"}
 #: Closeness to the best known latency at which "found" is counted (the paper: 5%).
 TOLERANCES = (0.05, 0.10, 0.25)
 _T0 = time.perf_counter()
@@ -42,6 +43,41 @@ def log(message: str) -> None:
     """A progress line on stderr, stamped with the seconds since start (the lent GPU's
     calls are time-boxed, so the rate of progress is what plans the next call)."""
     print(f"[{time.perf_counter() - _T0:6.0f} s] {message}", file=sys.stderr, flush=True)
+
+
+def parse_tuner(spec: str) -> tuple[str, dict[str, int | float | str]]:
+    """``NAME[:KEY=VALUE;...]`` -> (registered name, constructor options), so variants of
+    one tuner run side by side (``tl_xgb:transfer=joint``). Values are numbers where they
+    parse as one, else strings; nothing is evaluated."""
+    name, _, rest = spec.partition(":")
+    opts: dict[str, int | float | str] = {}
+    for item in filter(None, rest.split(";")):
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise SystemExit(f"tuner option {item!r} in {spec!r} is not KEY=VALUE")
+        for cast in (int, float, str):
+            try:
+                opts[key] = cast(text)
+                break
+            except ValueError:
+                continue
+    return name, opts
+
+
+def pairs_of(tuners) -> list[tuple[str, str]]:
+    """(guided, baseline) tuner specs to compare: every variant of a guided tuner against
+    its history-free baseline, the one with the same options where several ran
+    (``gga:pop_size=16`` against ``ga:pop_size=16``)."""
+    pairs = []
+    for t in tuners:
+        name, _, options = t.partition(":")
+        if name not in BASELINE_OF:
+            continue
+        bases = [b for b in tuners if parse_tuner(b)[0] == BASELINE_OF[name]]
+        same = [b for b in bases if b.partition(":")[2] == options]
+        if same or bases:
+            pairs.append((t, (same or bases)[0]))
+    return pairs
 
 
 def layers_of(model: str, size: int):
@@ -69,6 +105,7 @@ class CachedMeasurer:
         self.cache: dict[tuple[str, str], tuple[float | None, str]] = {}
         self.measured = 0
         self.loaded = 0
+        self.apply_seconds = 0.0  # scheduling the candidates (the measurer times build and run)
         self.path = path
         self._torn = False  # the file ends in a line cut short: start a new one first
         if path and os.path.exists(path):
@@ -103,6 +140,7 @@ class CachedMeasurer:
         from templates import InvalidConfig, config_to_json
 
         out, todo = {}, []
+        t0 = time.perf_counter()
         for cfg in configs:
             key = (layer_key, config_to_json(cfg))
             if key in self.cache:
@@ -112,11 +150,17 @@ class CachedMeasurer:
                 todo.append((key, space.apply(cfg)))
             except InvalidConfig:
                 self.cache[key] = out[key[1]] = (None, "invalid")
+        self.apply_seconds += time.perf_counter() - t0
         if todo:
             kept = [(key, (res.latency, res.status)) for (key, _), res in zip(todo, self.measurer.measure([m for _, m in todo]))]
             self._keep(kept)
             out.update((key[1], value) for key, value in kept)
         return [TrialResult(cfg, *out[config_to_json(cfg)]) for cfg in configs]
+
+    def cost_summary(self) -> str:
+        """Where the measurement time went so far (a progress-line suffix)."""
+        sec = self.measurer.seconds
+        return f"apply {self.apply_seconds:.0f} s, build {sec['build']:.0f} s, run {sec['run']:.0f} s"
 
     def best(self, layer_key: str) -> float | None:
         vals = [lat for (k, _), (lat, st) in self.cache.items() if k == layer_key and lat is not None and st == "ok"]
@@ -156,7 +200,7 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
                 continue
             if have:
                 tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in have])
-            log(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far, {cm.measured} measured)")
+            log(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far, {cm.measured} measured; {cm.cost_summary()})")
             for results in tune_batches(tuner, cm, layer, space, per_layer - len(have), batch):
                 for res in results:
                     n += res.status != "invalid"
@@ -198,7 +242,8 @@ def priors_for(store, layer, target):
 def run_one(tuner_name, space, layer, cm, trials, batch, seed, priors):
     from search import make_tuner
 
-    tuner = make_tuner(tuner_name, space, seed=seed, priors=priors, layer_features=layer.features())
+    name, opts = parse_tuner(tuner_name)
+    tuner = make_tuner(name, space, seed=seed, priors=priors, layer_features=layer.features(), **opts)
     curve, best = [], None
     overhead = [0.0]
     for results in tune_batches(tuner, cm, layer, space, trials, batch, overhead):
@@ -265,7 +310,7 @@ def markdown_table(result: dict) -> str:
         to25 = " / ".join(fmt(e[t]["median_trials_to_25pct"]) for t in tuners)
         final = " / ".join(f"{e[t]['median_final_latency_s'] * 1e6:.1f}" for t in tuners)
         lines.append(f"| {row['layer']} ({row['match_score']:.2f}) | {to5} | {to25} | {final} |")
-    pairs = [(g, b) for g, b in PAIRS if g in tuners and b in tuners]
+    pairs = pairs_of(tuners)
     for tol in (0.0, 0.05):
         within = "" if tol == 0 else f"within {tol:.0%} of "
         lines += ["", "| layer | " + " | ".join(f"trials to {within}{b}'s final latency: {b} / {g} (ratio)" for g, b in pairs) + " |",
@@ -313,7 +358,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--tuners", default="xgb,tl_xgb,ga,gga")
+    parser.add_argument("--tuners", default="xgb,tl_xgb,ga,gga",
+                        help="tuners to compare; NAME:KEY=VALUE;... passes options (e.g. tl_xgb:transfer=joint)")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--measurements", help="JSON-lines file of every measurement: read first, appended to, so a run cut short resumes")
     parser.add_argument("--out")
@@ -353,14 +399,14 @@ def main() -> int:
     n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234,
                            exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
     t_hist = time.perf_counter() - t_start
-    log(f"history: {n_hist} records in {t_hist:.0f} s")
+    log(f"history: {n_hist} records in {t_hist:.0f} s ({cm.cost_summary()})")
 
     tuners = args.tuners.split(",")
     per_layer = []
 
     def assemble(rows: list[dict]) -> dict:
         summary = {}
-        for guided, base in PAIRS:
+        for guided, base in pairs_of(tuners):
             for what in [f"{int(t * 100)}pct" for t in TOLERANCES] + ["final_latency"]:
                 key = f"{base}/{guided}@{what}"
                 ratios = [r[key] for r in rows if r.get(key) is not None]
@@ -387,7 +433,7 @@ def main() -> int:
             for seed in range(args.seeds):
                 curve, ovh = run_one(t, space, layer, cm, args.trials, args.batch, seed, priors)
                 final = f"{curve[-1] * 1e6:.1f} us" if curve and curve[-1] is not None else "no valid point"
-                log(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(curve)} trials ({cm.measured} measured)")
+                log(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(curve)} trials ({cm.measured} measured; {cm.cost_summary()})")
                 curves[t].append(curve)
                 overhead[t].append(ovh)
         best_known = cm.best(layer.workload_key)
@@ -405,7 +451,7 @@ def main() -> int:
                 entry[f"trials_to_{int(tol * 100)}pct"] = hits
                 entry[f"median_trials_to_{int(tol * 100)}pct"] = statistics.median(capped)
             row["tuners"][t] = entry
-        for guided, base in PAIRS:
+        for guided, base in pairs_of(tuners):
             if guided in row["tuners"] and base in row["tuners"]:
                 for tol in TOLERANCES:
                     key = f"median_trials_to_{int(tol * 100)}pct"

@@ -78,11 +78,14 @@ class CostModel:
         y: np.ndarray,
         sample_weight: Sequence[float] | None = None,
         groups: Sequence[int] | None = None,
+        base_margin: Sequence[float] | None = None,
     ) -> "CostModel":
         """Train on rows ``X`` with normalized-throughput labels ``y``.
 
         ``groups`` (one id per row) says which rows may be compared: rows of different
-        layers are never paired. Default: one group.
+        layers are never paired. Default: one group. ``base_margin`` (one score per row,
+        e.g. another model's prediction) is where boosting starts: the trees learn only
+        the correction, and :meth:`predict` must then be given the same kind of margin.
         """
         X = np.asarray(X, dtype=np.float32)
         y = np.asarray(y, dtype=np.float32)
@@ -91,12 +94,14 @@ class CostModel:
             raise ValueError("cannot fit a cost model on no data")
         w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
         g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups)
+        m = None if base_margin is None else np.asarray(base_margin, dtype=np.float32)
         self.n_features = X.shape[1]
 
         ranked = len(np.unique(y)) >= 2
         if ranked:
             order = np.argsort(g, kind="stable")
             X, y, w, g = X[order], y[order], w[order], g[order]
+            m = None if m is None else m[order]
             uniq, starts, counts = np.unique(g, return_index=True, return_counts=True)
             group_w = np.add.reduceat(w, starts) / counts
             dtrain = xgb.DMatrix(X, label=y, missing=np.nan)
@@ -113,6 +118,8 @@ class CostModel:
             dtrain = xgb.DMatrix(X, label=y, weight=w, missing=np.nan)
             params = dict(self.params, objective="reg:squarederror")
             self.objective = "reg:squarederror"
+        if m is not None:
+            dtrain.set_base_margin(m)
         # One thread below a few thousand rows: there OpenMP barriers cost more than the
         # work, and on shared cores a spinning 2-thread team can stall 10-50x.
         params["nthread"] = 1 if n < self.single_thread_rows else self.nthread
@@ -123,14 +130,15 @@ class CostModel:
         self._update_importance()
         return self
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: np.ndarray, base_margin: Sequence[float] | None = None) -> np.ndarray:
         """Scores, higher = better; only their order is meaningful under ranking."""
         if self.booster is None:
             raise RuntimeError("predict() before fit()")
         X = np.asarray(X, dtype=np.float32)
         if X.shape[0] == 0:
             return np.zeros(0)
-        return np.asarray(self.booster.inplace_predict(X, missing=np.nan), dtype=float)
+        margin = None if base_margin is None else np.asarray(base_margin, dtype=np.float32)
+        return np.asarray(self.booster.inplace_predict(X, missing=np.nan, base_margin=margin), dtype=float)
 
     @property
     def fitted(self) -> bool:

@@ -13,8 +13,11 @@ Two guards stand between history and a tuner:
 2. *Contradiction*: a workload may look similar and still rank configs the other way
    round (a different bottleneck). Once this layer has measured at least ``min_shared``
    configs that a prior workload also has (after mapping its configs onto this space),
-   the Kendall tau of prior vs measured latency must not be negative, else all of that
-   workload's records are dropped.
+   a Kendall tau of prior vs measured latency that is *significantly* negative drops all
+   of that workload's records. Significance matters: the shared configs are mostly the
+   prior's best ones (a transfer tuner measures those first), and among near-equal
+   configs the order is timing noise. A bare ``tau < 0`` on those few points dropped
+   good history after the first batch in half the cases.
 """
 
 from __future__ import annotations
@@ -64,9 +67,11 @@ def contradicting_workloads(
     *,
     min_shared: int = 3,
     tau_min: float = 0.0,
+    p_max: float = 0.1,
     mapped: Sequence[tuple[int, ...] | None] | None = None,
 ) -> dict[str, float]:
-    """Workload -> Kendall tau for workloads whose ranking contradicts ours (tau < tau_min).
+    """Workload -> Kendall tau for workloads whose ranking contradicts ours: tau below
+    ``tau_min`` with a one-sided p-value (no negative association) below ``p_max``.
 
     Prior configs are mapped onto ``space`` (nearest candidates); several priors mapping
     to one point keep their best latency. ``mapped`` may pass precomputed index tuples
@@ -101,8 +106,9 @@ def contradicting_workloads(
         keys = list(points)
         prior_lat = [points[k] for k in keys]
         my_lat = [mine[k] for k in keys]
-        tau = kendalltau(prior_lat, my_lat).statistic
-        if tau is not None and np.isfinite(tau) and tau < tau_min:
+        test = kendalltau(prior_lat, my_lat, alternative="less")
+        tau = test.statistic
+        if tau is not None and np.isfinite(tau) and tau < tau_min and test.pvalue < p_max:
             out[wk] = float(tau)
     return out
 
@@ -125,6 +131,7 @@ def filter_priors(
     space: KnobSpace | None = None,
     min_shared: int = 3,
     tau_min: float = 0.0,
+    p_max: float = 0.1,
     mapped: Sequence[tuple[int, ...] | None] | None = None,
     return_indices: bool = False,
 ) -> FilteredPriors | tuple[FilteredPriors, np.ndarray]:
@@ -155,7 +162,7 @@ def filter_priors(
     keep = sims >= max(threshold, relative * best)
     if measured and space is not None:
         bad = contradicting_workloads(
-            priors, measured, space, min_shared=min_shared, tau_min=tau_min, mapped=mapped
+            priors, measured, space, min_shared=min_shared, tau_min=tau_min, p_max=p_max, mapped=mapped
         )
         if bad:
             keep &= np.array([rec.workload_key not in bad for rec in priors], dtype=bool)

@@ -2,11 +2,18 @@
 
 ``XGBTuner`` ("xgb") is the cold AutoTVM-style tuner: random until it has ``min_train``
 results, then each batch retrains on its own measurements and anneals over the space
-with the model as fitness. ``TransferXGBTuner`` ("tl_xgb") trains on history as well:
-priors of similar layers (filtered by :func:`search.similarity.filter_priors`, one ranking
-group per workload weighted by similarity) plus its own results (their own group). With
-usable priors it needs no random warm-up: the first batch holds the best prior configs
-mapped onto this space plus the prior-only model's picks.
+with the model as fitness. ``TransferXGBTuner`` ("tl_xgb") learns from history as well:
+priors of similar layers, filtered by :func:`search.similarity.filter_priors`, one
+ranking group per workload weighted by similarity. With usable priors it needs no random
+warm-up: the first batch holds the best prior configs mapped onto this space plus the
+prior-only model's picks. How its own results meet the priors is ``transfer``:
+
+* ``"margin"`` (default): a prior-only model's score is the base margin of a model
+  trained on the layer's own results, as AutoTVM's transfer learning did. Own data only
+  *corrects* the priors' ranking where it has evidence; elsewhere the priors still rank.
+* ``"joint"``: one model on priors and own results together, own results weighted to
+  match the priors' total pull. Kept for comparison: where history ranks this layer
+  wrongly, its rows keep competing with the layer's own evidence.
 
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
 narrow region is confidently wrong elsewhere and only exploration can show it.
@@ -51,6 +58,7 @@ class XGBTuner(Tuner):
         similarity_threshold: float = SIMILARITY_FLOOR,
         max_prior_rows: int = 20000,
         prior_seed_frac: float = 0.5,
+        transfer: str = "margin",
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -60,10 +68,18 @@ class XGBTuner(Tuner):
         self.similarity_threshold = similarity_threshold
         self.max_prior_rows = max_prior_rows
         self.prior_seed_frac = prior_seed_frac
+        if transfer not in ("margin", "joint"):
+            raise ValueError(f"transfer must be 'margin' or 'joint', not {transfer!r}")
+        self.transfer = transfer
         self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features))
         self.model = CostModel(
             n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
         )
+        # "margin" transfer: the model of history alone, refit only when the kept priors
+        # change; self.model then learns the layer's own correction on top of it.
+        self.prior_model: CostModel | None = None
+        self._prior_fit_key: bytes | None = None
+        self._own_fitted = False
         self._sizes = np.array([len(k) for k in space.knobs], dtype=np.int64)
         # Only spaces that override the static check pay for it during annealing.
         self._checks_plausible = type(space).is_plausible is not KnobSpace.is_plausible
@@ -74,6 +90,10 @@ class XGBTuner(Tuner):
         self._n_prior_kept = 0
         if self.uses_priors and self.priors:
             self._prepare_priors()
+            if self.transfer == "margin":
+                self.prior_model = CostModel(
+                    n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
+                )
 
     # --- priors ---------------------------------------------------------------------------
     def _prepare_priors(self) -> None:
@@ -106,7 +126,7 @@ class XGBTuner(Tuner):
         """(positions of usable priors, their similarity weights), re-judged on each fit."""
         if not (self.uses_priors and self.priors):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        weights = importance_weights(self.model.importance, len(self.layer_features))
+        weights = importance_weights(self.importance, len(self.layer_features))
         kept, idx = filter_priors(
             self.priors,
             self.layer_features,
@@ -155,6 +175,14 @@ class XGBTuner(Tuner):
                 y = np.where(np.isfinite(lat), np.nanmin(lat) / lat, 0.0)
         return np.array(rows, dtype=np.int64), y
 
+    @property
+    def importance(self) -> np.ndarray | None:
+        """Smoothed split-count importances of the model that sees other layers: the
+        prior-only model under margin transfer (a model of one layer's own rows never
+        splits on layer features, which are constant there)."""
+        model = self.prior_model if self.prior_model is not None else self.model
+        return model.importance
+
     def _fit(self) -> bool:
         """Retrain on priors + own results; False when there is nothing to learn from."""
         own_idx, own_y = self._own_rows()
@@ -162,6 +190,8 @@ class XGBTuner(Tuner):
         p_idx, p_w = self._subsample(p_idx, p_w)
         self._n_prior_kept = len(p_idx)
         self._prior_seeds = self._seeds_from(p_idx, p_w)
+        if self.prior_model is not None:
+            return self._fit_margin(own_idx, own_y, p_idx, p_w)
         parts_X, parts_y, parts_w, parts_g = [], [], [], []
         if len(p_idx):
             parts_X.append(self._prior_X[p_idx])
@@ -187,6 +217,31 @@ class XGBTuner(Tuner):
         self.model.fit(X, y, np.concatenate(parts_w), np.concatenate(parts_g))
         return True
 
+    def _fit_margin(self, own_idx: np.ndarray, own_y: np.ndarray, p_idx: np.ndarray, p_w: np.ndarray) -> bool:
+        """Margin transfer: history's model, then the layer's own correction on top."""
+        assert self.prior_model is not None
+        key = p_idx.tobytes() + np.round(p_w, 3).tobytes()
+        if len(p_idx) and key != self._prior_fit_key:
+            self.prior_model.fit(self._prior_X[p_idx], self._prior_y[p_idx], p_w, self._prior_group[p_idx])
+            self._prior_fit_key = key
+        elif not len(p_idx):
+            self._prior_fit_key = None  # every prior dropped: own results alone
+        self._own_fitted = False
+        # Fewer than two distinct labels (e.g. all failed) rank nothing; a regression
+        # on them would flatten the priors' ranking instead of correcting it.
+        if len(own_idx) and len(np.unique(own_y)) >= 2:
+            X = self.encoder.encode_indices(own_idx, self.layer_features)
+            margin = self.prior_model.predict(X) if self._prior_fit_key is not None else None
+            self.model.fit(X, own_y, base_margin=margin)
+            self._own_fitted = True
+        return self._has_scorer
+
+    @property
+    def _has_scorer(self) -> bool:
+        if self.prior_model is None:
+            return self.model.fitted
+        return self._own_fitted or self._prior_fit_key is not None
+
     def _seeds_from(self, p_idx: np.ndarray, p_w: np.ndarray) -> list[tuple[int, ...]]:
         """Distinct mapped prior configs, best similarity x performance first."""
         if not len(p_idx):
@@ -207,7 +262,13 @@ class XGBTuner(Tuner):
 
     # --- search ---------------------------------------------------------------------------
     def _score(self, idx: np.ndarray) -> np.ndarray:
-        return self.model.predict(self.encoder.encode_indices(idx, self.layer_features))
+        X = self.encoder.encode_indices(idx, self.layer_features)
+        if self.prior_model is None:
+            return self.model.predict(X)
+        margin = self.prior_model.predict(X) if self._prior_fit_key is not None else None
+        if not self._own_fitted:
+            return margin
+        return self.model.predict(X, base_margin=margin)
 
     def _random_indices(self, n: int) -> np.ndarray:
         return np.stack([self.rng.integers(self._sizes) for _ in range(n)]) if n else np.zeros((0, len(self._sizes)), dtype=np.int64)
@@ -294,7 +355,7 @@ class XGBTuner(Tuner):
             if n_results >= self.min_train or have_priors:
                 self._fit()
             self._fitted_on = n_results
-        use_model = self.model.fitted and (n_results >= self.min_train or self._n_prior_kept > 0)
+        use_model = self._has_scorer and (n_results >= self.min_train or self._n_prior_kept > 0)
         if not use_model:
             return self._random_configs(n)
 

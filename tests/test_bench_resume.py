@@ -20,7 +20,7 @@ from templates import config_to_json  # noqa: E402
 from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_history_guided import CachedMeasurer  # noqa: E402
+from bench_history_guided import CachedMeasurer, pairs_of, parse_tuner  # noqa: E402
 
 
 def _matmul_func(n: int):
@@ -65,3 +65,16 @@ def test_measurement_file_answers_a_resumed_run(tmp_path):
     # The new line starts on a line of its own, after the torn one.
     last = json.loads(path.read_text().splitlines()[-1])
     assert last["config"] == config_to_json(cfgs[2]) and last["target"] == target.key
+
+
+def test_tuner_specs_carry_options_and_pair_with_their_baseline():
+    """Variants run side by side (``tl_xgb:transfer=joint``); each guided variant is
+    compared with the baseline that has the same options."""
+    assert parse_tuner("gga:pop_size=16;p_elite=0.5;transfer=joint") == (
+        "gga", {"pop_size": 16, "p_elite": 0.5, "transfer": "joint"})
+    assert parse_tuner("xgb") == ("xgb", {})
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        parse_tuner("ga:pop_size")
+    tuners = ["xgb", "tl_xgb", "tl_xgb:transfer=joint", "ga", "ga:pop_size=16", "gga:pop_size=16"]
+    assert pairs_of(tuners) == [("tl_xgb", "xgb"), ("tl_xgb:transfer=joint", "xgb"), ("gga:pop_size=16", "ga:pop_size=16")]
+    assert pairs_of(["tl_xgb", "ga"]) == []  # no baseline ran: nothing to compare

@@ -35,5 +35,7 @@ def test_local_runner_worker_is_recycled_and_timing_goes_on(monkeypatch: pytest.
         assert all(r.latency and r.latency > 0 for r in results)
         assert measurer.runner_generation == 1  # 2 timed, then a fresh worker for the third
         assert measurer.runner.pool is not first_pool
+        # the time went into both phases, and is accounted per phase
+        assert measurer.seconds["build"] > 0 and measurer.seconds["run"] > 0
     finally:
         measurer.close()

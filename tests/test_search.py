@@ -423,6 +423,22 @@ def test_filter_priors_drops_dissimilar_and_contradicting(target):
     assert "inverted" in {r.workload_key for r in kept}
 
 
+def test_contradiction_needs_significance(target):
+    """Four shared points with one pair swapped (tau -1/3, one-sided p 0.38) is what
+    timing noise among near-equal configs looks like: not grounds to drop a workload.
+    Fully reversed, the same four points are (tau -1, p 0.04)."""
+    cfgs = [target.random_config(np.random.default_rng(s)) for s in range(40)]
+    cfgs = sorted(cfgs, key=target.latency)[:4]
+    mine = [TrialResult(c, target.latency(c)) for c in cfgs]
+    noisy = [PriorRecord(c, lat, 0.9, target.layer_features, "noisy") for c, lat in zip(cfgs, [3.0, 4.0, 1.0, 2.0])]
+    reversed_ = [PriorRecord(c, lat, 0.9, target.layer_features, "reversed") for c, lat in zip(cfgs, [4.0, 3.0, 2.0, 1.0])]
+    bad = contradicting_workloads(noisy + reversed_, mine, target)
+    assert set(bad) == {"reversed"}
+    assert bad["reversed"] == pytest.approx(-1.0)
+    # the bare sign rule, as before, would have dropped both
+    assert set(contradicting_workloads(noisy + reversed_, mine, target, p_max=1.0)) == {"noisy", "reversed"}
+
+
 def test_filter_priors_keeps_layers_close_to_the_best_neighbour():
     """History may hold only loosely similar layers (the first conv of a network has no
     close relative): the absolute floor keeps them, while a close neighbour, when there
@@ -545,6 +561,43 @@ def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors
                       for s in range(3)])
     uniform = 1.0 / len(target.knob("dense.i.tile"))
     assert guided > 5 * uniform
+
+
+def test_cost_model_base_margin_keeps_what_own_rows_do_not_contradict():
+    """Margin transfer: trees fit on a layer's own rows correct a prior's score; where
+    those rows say nothing (here: feature 0), the prior's order survives."""
+    rng = np.random.default_rng(0)
+    X_own = np.column_stack([np.full(24, 0.5), rng.uniform(size=24)])  # feature 0 never varies
+    y_own = X_own[:, 1]  # own evidence: larger feature 1 is better
+    prior = lambda X: -3.0 * X[:, 0]  # history: smaller feature 0 is better  # noqa: E731
+    probe = rng.uniform(size=(200, 2))
+    twin = probe.copy()
+    twin[:, 0] = np.clip(probe[:, 0] + 0.3, 0, 1)  # same feature 1, worse by history
+    with_margin = CostModel(seed=0).fit(X_own, y_own, base_margin=prior(X_own))
+    kept = np.mean(with_margin.predict(probe, prior(probe)) > with_margin.predict(twin, prior(twin)))
+    plain = CostModel(seed=0).fit(X_own, y_own)
+    assert kept > 0.9, kept
+    assert np.mean(plain.predict(probe) > plain.predict(twin)) < 0.5  # own rows alone can't tell
+    # and the own evidence is learned on top: feature 1 orders points history calls equal
+    hi, lo = probe.copy(), probe.copy()
+    hi[:, 1], lo[:, 1] = 0.9, 0.1
+    assert np.mean(with_margin.predict(hi, prior(hi)) > with_margin.predict(lo, prior(lo))) > 0.9
+
+
+def test_tl_xgb_margin_transfer_trains_history_once_and_corrects_it(target, similar_priors):
+    tuner = make_tuner("tl_xgb", target, seed=0, priors=similar_priors, layer_features=target.layer_features)
+    assert tuner.transfer == "margin"
+    bench = SynthBench(target)
+    tuner.tell(bench.measure(tuner.ask(16)))
+    tuner.ask(16)
+    assert tuner._n_prior_kept > 0 and tuner._own_fitted
+    fits = tuner.prior_model.n_fits
+    tuner.ask(1)  # nothing new told: neither model retrains
+    assert tuner.prior_model.n_fits == fits
+    # the layer-feature importances come from the model that sees other layers
+    np.testing.assert_allclose(tuner.importance, tuner.prior_model.importance)
+    with pytest.raises(ValueError, match="transfer"):
+        make_tuner("tl_xgb", target, priors=similar_priors, transfer="stacked")
 
 
 # --------------------------------------------------------------------------------------
