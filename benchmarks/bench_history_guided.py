@@ -230,12 +230,14 @@ def tune_batches(tuner, cm, layer, space, trials: int, batch: int, overhead: lis
         yield results
 
 
-def priors_for(store, layer, target):
-    """Match score and transfer evidence exactly as ``autotune tune`` computes them."""
+def priors_for(store, layer, target, exclude: set[str]):
+    """Match score and transfer evidence exactly as ``autotune tune`` computes them,
+    with the experiment's target layers kept out: a reused or imported history may hold
+    one (ResNet-50 has ResNet-18's 3x3 64->64 conv), which would be an exact hit."""
     from autotune.tune import priors_from_match
     from history.match import match
 
-    m = match(store, layer.workload_info(), target.key)
+    m = match(store, layer.workload_info(), target.key, exclude=exclude)
     return m.score, priors_from_match(store, m)
 
 
@@ -426,7 +428,7 @@ def main() -> int:
 
     for model, layer in targets:
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-        score, priors = priors_for(store, layer, target)
+        score, priors = priors_for(store, layer, target, exclude)
         curves = {t: [] for t in tuners}
         overhead = {t: [] for t in tuners}
         for t in tuners:

@@ -59,8 +59,11 @@ class Matmul(KnobSpace):
 
     @property
     def features(self) -> list[float]:
+        """On log2 scales, as real layers' features are (``Layer.features``): raw sizes
+        would make every prior look dissimilar, the filter would drop them all, and the
+        benchmark would time a tuner with no history to train on."""
         m, n, k = self.dims
-        return [float(m), float(n), float(k), 2.0 * m * n * k]
+        return [math.log2(m), math.log2(n), math.log2(k), math.log2(2.0 * m * n * k)]
 
     def apply(self, config):  # pragma: no cover - never built here
         return config

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 
@@ -90,13 +90,16 @@ def match(
     weights: Sequence[float] | None = None,
     max_neighbours: int = 8,
     space_id: str | None = None,
+    exclude: Collection[str] = (),
 ) -> MatchResult:
     """Score ``workload`` against everything history holds for its op class.
 
     With ``space_id``, only a winner from that knob space is an exact hit: a baseline
     record or a config from an older version of the space cannot be reused as is.
+    Workload keys in ``exclude`` are treated as absent from history (an experiment's
+    target layers, which history from other layers must not contain).
     """
-    best = store.best(workload.key, target_key, space_id=space_id)
+    best = None if workload.key in exclude else store.best(workload.key, target_key, space_id=space_id)
     if best is not None:
         return MatchResult(1.0, True, best)
     neighbours: list[Neighbour] = []
@@ -105,7 +108,7 @@ def match(
         if row["n_ok"] == 0 or row["op_class"] != workload.op_class:
             continue
         other = same_class.get(row["workload_key"])
-        if other is None:
+        if other is None or other.key in exclude:
             continue
         if other.key == workload.key:
             sim = 1.0  # same layer measured on another target

@@ -37,6 +37,21 @@ def test_exact_hit_scores_one(store):
     assert m.exact and m.score == 1.0 and m.best is not None
 
 
+def test_excluded_workloads_are_absent_from_history(store):
+    """An experiment's target layers must not match themselves in history (ResNet-50
+    holds ResNet-18's 3x3 64->64 conv): excluded, the layer is scored on its neighbours."""
+    w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
+    store.register_workload(w)
+    store.register_workload(near)
+    _ok(store, "a", CPU)
+    _ok(store, "n", CPU)
+    assert match(store, w, CPU.key).exact
+    m = match(store, w, CPU.key, exclude={"a"})
+    assert not m.exact and 0 < m.score < 1
+    assert [nb.workload.key for nb in m.neighbours] == ["n"]
+    assert match(store, w, CPU.key, exclude={"a", "n"}).score == 0.0
+
+
 def test_other_target_is_discounted_and_never_exact(store):
     w = _wl("a", "ia", [1.0, 2.0])
     store.register_workload(w)

@@ -15,6 +15,10 @@
 # H100 history of 2026-11-22 (12 ResNet-50 layers at 64 trials, one at 32, 10 at one):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
+# and, to resume the second session's comparison (its 1,711 H100 measurements answer
+# first: the layers it finished cost no new measurement as far as the seeded tuners
+# propose the same configs again), also
+#   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
 set -u
 mode=${1:-check}
 shift || true
