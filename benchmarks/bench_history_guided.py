@@ -20,6 +20,7 @@ Prints one JSON object (figures recorded in the README).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -162,9 +163,74 @@ class CachedMeasurer:
         sec = self.measurer.seconds
         return f"apply {self.apply_seconds:.0f} s, build {sec['build']:.0f} s, run {sec['run']:.0f} s"
 
+    def close(self) -> None:
+        self.measurer.close()
+
     def best(self, layer_key: str) -> float | None:
         vals = [lat for (k, _), (lat, st) in self.cache.items() if k == layer_key and lat is not None and st == "ok"]
         return min(vals) if vals else None
+
+
+class ReplayMeasurer:
+    """The measurement file as the device: no build, no run (``--replay FILE``).
+
+    Every tuner variant can then be compared on measurements made elsewhere, say on the
+    lent GPU, by anyone, deterministically. A config the file lacks is answered by the
+    nearest measured config of that layer (:class:`search.replay.ReplayBench`), an
+    approximation counted in ``nearest``: a replay is faithful as far as that count is
+    small, and exact for the tuners and seeds that made the file.
+    """
+
+    def __init__(self, path: str, target_key: str):
+        self.tables: dict[str, list[dict]] = {}
+        self.target_key = target_key
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                    if rec["target"] != target_key:
+                        continue
+                    self.tables.setdefault(rec["layer"], []).append(
+                        {"config": json.loads(rec["config"]), "latency_median": rec["latency"], "status": rec["status"]})
+                except (ValueError, KeyError, TypeError):
+                    continue
+        self.loaded = sum(len(t) for t in self.tables.values())
+        self.measured = 0  # nothing is ever measured
+        self.asked = 0
+        self.nearest = 0
+        self._benches: dict[str, object] = {}
+
+    @staticmethod
+    def targets_in(path: str) -> list[str]:
+        keys: set[str] = set()
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    keys.add(json.loads(line)["target"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+        return sorted(keys)
+
+    def measure(self, layer_key: str, space, configs):
+        from search.replay import ReplayBench
+        from templates import config_to_json
+
+        bench = self._benches.get(layer_key)
+        if bench is None:
+            bench = self._benches[layer_key] = ReplayBench(space, self.tables.get(layer_key, []), missing="nearest")
+        self.asked += len(configs)
+        self.nearest += sum(config_to_json(c) not in bench.table for c in configs)
+        return bench.measure(configs)
+
+    def cost_summary(self) -> str:
+        return f"replayed, {self.nearest} of {self.asked} answered by the nearest measured config"
+
+    def best(self, layer_key: str) -> float | None:
+        vals = [r["latency_median"] for r in self.tables.get(layer_key, []) if r["status"] == "ok" and r["latency_median"]]
+        return min(vals) if vals else None
+
+    def close(self) -> None:
+        pass
 
 
 def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str], tuner_name: str = "random",
@@ -192,12 +258,12 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
                 continue  # a target layer in history would be an exact hit, not transfer
             seen.add(layer.workload_key)
             store.register_workload(layer.workload_info())
-            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-            tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
             have = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key) if r.status != "invalid"]
             n += len(have)
             if len(have) >= per_layer:
                 continue
+            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+            tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
             if have:
                 tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in have])
             log(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far, {cm.measured} measured; {cm.cost_summary()})")
@@ -364,6 +430,9 @@ def main() -> int:
                         help="tuners to compare; NAME:KEY=VALUE;... passes options (e.g. tl_xgb:transfer=joint)")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--measurements", help="JSON-lines file of every measurement: read first, appended to, so a run cut short resumes")
+    parser.add_argument("--replay", metavar="FILE",
+                        help="answer every measurement from this measurement file (no hardware; the history must exist)")
+    parser.add_argument("--replay-target", help="which target's lines to replay (default: the file's only one)")
     parser.add_argument("--out")
     parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
     parser.add_argument("--from-json", help="print the markdown table of earlier result files, comma-separated (and plot them with --plot-dir)")
@@ -387,9 +456,25 @@ def main() -> int:
 
     t_start = time.perf_counter()
     target = resolve_target(args.target)
-    cm = CachedMeasurer(target, args.repeat, args.measurements)
-    if cm.loaded:
-        log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
+    if args.replay:
+        if not (args.history_db and os.path.exists(args.history_db)):
+            raise SystemExit("--replay needs the history it ran with: --history-db of an existing database")
+        keys = ReplayMeasurer.targets_in(args.replay)
+        replay_key = args.replay_target or (keys[0] if len(keys) == 1 else None)
+        if replay_key not in keys:
+            raise SystemExit(f"--replay-target must be one of the file's targets: {', '.join(keys) or 'none found'}")
+        kind, arch, device = replay_key.split(":", 2)
+        if (kind, arch) != (target.kind, target.arch):
+            raise SystemExit(f"--target {target.kind}:{target.arch} does not build the spaces of {replay_key}")
+        # History is filed under the recorded device: the replay must match against it
+        # exactly as the recorded run did (another device's records count less).
+        target = dataclasses.replace(target, device_name=device)
+        cm = ReplayMeasurer(args.replay, replay_key)
+        log(f"replaying {cm.loaded} measurements on {replay_key} from {args.replay}")
+    else:
+        cm = CachedMeasurer(target, args.repeat, args.measurements)
+        if cm.loaded:
+            log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
     store = open_history(db)
     targets = []
@@ -398,8 +483,9 @@ def main() -> int:
         targets.append((model, layers_of(model, args.size)[int(idx)]))
     exclude = {layer.workload_key for _, layer in targets}
     # An earlier run's history is the same evidence: only what it lacks is measured.
-    n_hist = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials, seed=1234,
-                           exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
+    # A replay never adds to history: it only counts what the recorded run had.
+    n_hist = build_history(store, target, cm, args.source.split(","), args.size, 0 if args.replay else args.history_trials,
+                           seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
     t_hist = time.perf_counter() - t_start
     log(f"history: {n_hist} records in {t_hist:.0f} s ({cm.cost_summary()})")
 
@@ -423,6 +509,7 @@ def main() -> int:
             "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,
             "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "seconds": round(t_hist, 1)},
             "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
+            **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked, "nearest": cm.nearest}} if args.replay else {}),
             "layers": rows, "summary": summary,
         }
 
@@ -471,7 +558,7 @@ def main() -> int:
                 json.dump(assemble(per_layer), fh, indent=1, default=str)
 
     result = assemble(per_layer)
-    cm.measurer.close()
+    cm.close()
     store.close()
     emit(result, args.out)
     if args.plot_dir:

@@ -1,4 +1,5 @@
-"""The history-guided benchmark's measurement file: a run cut short resumes from it.
+"""The history-guided benchmark's measurement file: a run cut short resumes from it, and
+``--replay`` answers every measurement from it, with no hardware.
 
 Real llvm builds and timings; the lent GPU's 10-minute calls are why this matters."""
 
@@ -20,7 +21,7 @@ from templates import config_to_json  # noqa: E402
 from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_history_guided import CachedMeasurer, pairs_of, parse_tuner  # noqa: E402
+from bench_history_guided import CachedMeasurer, ReplayMeasurer, pairs_of, parse_tuner  # noqa: E402
 
 
 def _matmul_func(n: int):
@@ -78,3 +79,23 @@ def test_tuner_specs_carry_options_and_pair_with_their_baseline():
     tuners = ["xgb", "tl_xgb", "tl_xgb:transfer=joint", "ga", "ga:pop_size=16", "gga:pop_size=16"]
     assert pairs_of(tuners) == [("tl_xgb", "xgb"), ("tl_xgb:transfer=joint", "xgb"), ("gga:pop_size=16", "ga:pop_size=16")]
     assert pairs_of(["tl_xgb", "ga"]) == []  # no baseline ran: nothing to compare
+
+
+def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
+    target = resolve_target("llvm")
+    space = MetaScheduleSpace(_matmul_func(32), target.tvm_target, name="mm")
+    rng = np.random.default_rng(1)
+    cfgs = list({config_to_json(c): c for c in (space.random_config(rng) for _ in range(12))}.values())[:4]
+    path = tmp_path / "measurements.jsonl"
+    lines = [{"target": "llvm:x:cpu", "layer": "mm", "config": config_to_json(c), "latency": lat, "status": "ok"}
+             for c, lat in zip(cfgs[:3], (3e-6, 1e-6, 2e-6))]
+    lines.append({"target": "cuda:sm_90:gpu", "layer": "mm", "config": config_to_json(cfgs[3]), "latency": 1e-9, "status": "ok"})
+    path.write_text("".join(json.dumps(ln) + "\n" for ln in lines) + '{"target": "llvm')  # torn last line
+    assert ReplayMeasurer.targets_in(str(path)) == ["cuda:sm_90:gpu", "llvm:x:cpu"]
+
+    replay = ReplayMeasurer(str(path), "llvm:x:cpu")
+    assert replay.loaded == 3 and replay.best("mm") == 1e-6
+    got = replay.measure("mm", space, cfgs)
+    assert [r.latency for r in got[:3]] == [3e-6, 1e-6, 2e-6]  # recorded: answered as measured
+    assert got[3].ok and got[3].latency in (1e-6, 2e-6, 3e-6)  # not in the file: its nearest config's
+    assert (replay.asked, replay.nearest, replay.measured) == (4, 1, 0)
