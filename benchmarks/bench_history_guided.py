@@ -124,10 +124,10 @@ class CachedMeasurer:
                 except (ValueError, KeyError, TypeError):
                     continue
 
-    def _keep(self, kept: list[tuple[tuple[str, str], tuple[float | None, str]]]) -> None:
-        """Cache one batch's new measurements and append them to the file in one write."""
+    def _keep(self, kept: list[tuple[tuple[str, str], tuple[float | None, str]]], measured: int) -> None:
+        """Cache one batch's new results and append them to the file in one write."""
         self.cache.update(kept)
-        self.measured += len(kept)
+        self.measured += measured
         if self.path and kept:
             lines = [json.dumps({"target": self.target_key, "layer": layer, "config": config,
                                  "latency": latency, "status": status}) + "\n"
@@ -140,7 +140,7 @@ class CachedMeasurer:
         from search.tuner import TrialResult
         from templates import InvalidConfig, config_to_json
 
-        out, todo = {}, []
+        out, todo, rejected = {}, [], []
         t0 = time.perf_counter()
         for cfg in configs:
             key = (layer_key, config_to_json(cfg))
@@ -150,12 +150,15 @@ class CachedMeasurer:
             try:
                 todo.append((key, space.apply(cfg)))
             except InvalidConfig:
-                self.cache[key] = out[key[1]] = (None, "invalid")
+                rejected.append((key, (None, "invalid")))
         self.apply_seconds += time.perf_counter() - t0
+        kept = rejected
         if todo:
-            kept = [(key, (res.latency, res.status)) for (key, _), res in zip(todo, self.measurer.measure([m for _, m in todo]))]
-            self._keep(kept)
-            out.update((key[1], value) for key, value in kept)
+            kept += [(key, (res.latency, res.status)) for (key, _), res in zip(todo, self.measurer.measure([m for _, m in todo]))]
+        # Rejected configs are written too: a replay must answer them as rejected, not
+        # with a neighbour's latency (on CUDA the space rejects a good share of proposals).
+        self._keep(kept, measured=len(todo))
+        out.update((key[1], value) for key, value in kept)
         return [TrialResult(cfg, *out[config_to_json(cfg)]) for cfg in configs]
 
     def cost_summary(self) -> str:
@@ -177,8 +180,9 @@ class ReplayMeasurer:
     Every tuner variant can then be compared on measurements made elsewhere, say on the
     lent GPU, by anyone, deterministically. A config the file lacks is answered by the
     nearest measured config of that layer (:class:`search.replay.ReplayBench`), an
-    approximation counted in ``nearest``: a replay is faithful as far as that count is
-    small, and exact for the tuners and seeds that made the file.
+    approximation counted in ``nearest``, unless the space rejects it: a replay is
+    faithful as far as that count is small, and exact for the tuners and seeds that made
+    the file.
     """
 
     def __init__(self, path: str, target_key: str):
@@ -215,12 +219,26 @@ class ReplayMeasurer:
         from search.replay import ReplayBench
         from templates import config_to_json
 
+        from search.tuner import TrialResult
+        from templates import InvalidConfig
+
         bench = self._benches.get(layer_key)
         if bench is None:
             bench = self._benches[layer_key] = ReplayBench(space, self.tables.get(layer_key, []), missing="nearest")
         self.asked += len(configs)
-        self.nearest += sum(config_to_json(c) not in bench.table for c in configs)
-        return bench.measure(configs)
+        out = []
+        for cfg in configs:
+            if config_to_json(cfg) not in bench.table:
+                # Files of older runs lack the configs the space rejected: judge those
+                # here (the space is the same), so they are not given a latency.
+                try:
+                    space.apply(cfg)
+                except InvalidConfig:
+                    out.append(TrialResult(cfg, None, "invalid"))
+                    continue
+                self.nearest += 1
+            out.append(bench.measure([cfg])[0])
+        return out
 
     def cost_summary(self) -> str:
         return f"replayed, {self.nearest} of {self.asked} answered by the nearest measured config"

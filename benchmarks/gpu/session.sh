@@ -52,7 +52,10 @@ check)
   step vendor_tf32 60 $py benchmarks/bench_vs_vendor.py --model resnet18 --history "$R/home/history.db" --ours-model-ms "$ours" --tf32 --out "$R/vendor_tf32.json"
   ;;
 history)
-  step env 30 nvidia-smi -L
+  # The versions a replay elsewhere must match: the model-based tuners' proposals follow
+  # XGBoost's version (3.4.1 here against 3.2.0 on the CPU machine made the H100 file of
+  # 2026-11-22 replay only approximately there; stage the CPU machine's version).
+  step env 30 bash -c "nvidia-smi -L; $py -c 'import sys, numpy, scipy, xgboost; print(\"python\", sys.version.split()[0], \"numpy\", numpy.__version__, \"scipy\", scipy.__version__, \"xgboost\", xgboost.__version__)'"
   # The history database lives outside $R, so calls to one warm machine share it (the
   # benchmark completes a partial history instead of rebuilding it); a copy comes back
   # in the archive, to carry into a fresh machine with HISTORY_DB=path.
