@@ -217,10 +217,8 @@ class ReplayMeasurer:
 
     def measure(self, layer_key: str, space, configs):
         from search.replay import ReplayBench
-        from templates import config_to_json
-
         from search.tuner import TrialResult
-        from templates import InvalidConfig
+        from templates import InvalidConfig, config_to_json
 
         bench = self._benches.get(layer_key)
         if bench is None:

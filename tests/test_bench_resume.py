@@ -32,11 +32,18 @@ def _matmul_func(n: int):
     return te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")
 
 
-def test_measurement_file_answers_a_resumed_run(tmp_path):
+def _space_and_configs(n: int, seed: int):
+    """The llvm target, a 32^3 matmul's space and ``n`` distinct random configs of it."""
     target = resolve_target("llvm")
     space = MetaScheduleSpace(_matmul_func(32), target.tvm_target, name="mm")
-    rng = np.random.default_rng(0)
-    cfgs = list({config_to_json(c): c for c in (space.random_config(rng) for _ in range(6))}.values())[:3]
+    rng = np.random.default_rng(seed)
+    cfgs = list({config_to_json(c): c for c in (space.random_config(rng) for _ in range(3 * n))}.values())[:n]
+    assert len(cfgs) == n
+    return target, space, cfgs
+
+
+def test_measurement_file_answers_a_resumed_run(tmp_path):
+    target, space, cfgs = _space_and_configs(3, seed=0)
     path = tmp_path / "measurements.jsonl"
 
     first = CachedMeasurer(target, repeat=1, path=str(path))
@@ -82,10 +89,7 @@ def test_tuner_specs_carry_options_and_pair_with_their_baseline():
 
 
 def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
-    target = resolve_target("llvm")
-    space = MetaScheduleSpace(_matmul_func(32), target.tvm_target, name="mm")
-    rng = np.random.default_rng(1)
-    cfgs = list({config_to_json(c): c for c in (space.random_config(rng) for _ in range(12))}.values())[:4]
+    _, space, cfgs = _space_and_configs(4, seed=1)
     path = tmp_path / "measurements.jsonl"
     lines = [{"target": "llvm:x:cpu", "layer": "mm", "config": config_to_json(c), "latency": lat, "status": "ok"}
              for c, lat in zip(cfgs[:3], (3e-6, 1e-6, 2e-6))]
