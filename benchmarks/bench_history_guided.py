@@ -74,7 +74,7 @@ def pairs_of(tuners) -> list[tuple[str, str]]:
         name, _, options = t.partition(":")
         if name not in BASELINE_OF:
             continue
-        bases = [b for b in tuners if parse_tuner(b)[0] == BASELINE_OF[name]]
+        bases = [b for b in tuners if b.partition(":")[0] == BASELINE_OF[name]]
         same = [b for b in bases if b.partition(":")[2] == options]
         if same or bases:
             pairs.append((t, (same or bases)[0]))

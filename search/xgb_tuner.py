@@ -231,10 +231,15 @@ class XGBTuner(Tuner):
         # on them would flatten the priors' ranking instead of correcting it.
         if len(own_idx) and len(np.unique(own_y)) >= 2:
             X = self.encoder.encode_indices(own_idx, self.layer_features)
-            margin = self.prior_model.predict(X) if self._prior_fit_key is not None else None
-            self.model.fit(X, own_y, base_margin=margin)
+            self.model.fit(X, own_y, base_margin=self._prior_margin(X))
             self._own_fitted = True
         return self._has_scorer
+
+    def _prior_margin(self, X: np.ndarray) -> np.ndarray | None:
+        """History's score of rows ``X``; None while no prior is kept (margin transfer)."""
+        if self.prior_model is None or self._prior_fit_key is None:
+            return None
+        return self.prior_model.predict(X)
 
     @property
     def _has_scorer(self) -> bool:
@@ -265,10 +270,8 @@ class XGBTuner(Tuner):
         X = self.encoder.encode_indices(idx, self.layer_features)
         if self.prior_model is None:
             return self.model.predict(X)
-        margin = self.prior_model.predict(X) if self._prior_fit_key is not None else None
-        if not self._own_fitted:
-            return margin
-        return self.model.predict(X, base_margin=margin)
+        margin = self._prior_margin(X)
+        return self.model.predict(X, base_margin=margin) if self._own_fitted else margin
 
     def _random_indices(self, n: int) -> np.ndarray:
         return np.stack([self.rng.integers(self._sizes) for _ in range(n)]) if n else np.zeros((0, len(self._sizes)), dtype=np.int64)
