@@ -473,6 +473,8 @@ def main() -> int:
     t_start = time.perf_counter()
     target = resolve_target(args.target)
     if args.replay:
+        if not os.path.isfile(args.replay):
+            raise SystemExit(f"--replay: no measurement file at {args.replay}")
         if not (args.history_db and os.path.exists(args.history_db)):
             raise SystemExit("--replay needs the history it ran with: --history-db of an existing database")
         keys = ReplayMeasurer.targets_in(args.replay)
