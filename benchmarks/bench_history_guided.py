@@ -8,7 +8,8 @@ latency, history-guided tuners vs their history-free baselines, real measurement
 3. For each target layer, each tuner (xgb, tl_xgb, ga, gga) and each seed, tune with real
    measurements until ``--trials``; a config measured once is answered from a shared
    cache afterwards (same layer, same config, same machine), which keeps the experiment
-   affordable without changing what any tuner sees.
+   affordable without changing what any tuner sees. The runs of a layer go side by side
+   (:func:`lockstep`), their batches built as one, and so do the history's layers.
 4. Best known latency = the best over every measurement of that layer in the
    experiment. Report per layer and tuner the median (over seeds) of trials needed to
    come within 5% of it, and the final latency.
@@ -27,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
@@ -137,29 +139,41 @@ class CachedMeasurer:
             self._torn = False
 
     def measure(self, layer_key: str, space, configs):
+        return self.measure_groups([(layer_key, space, configs)])[0]
+
+    def measure_groups(self, groups):
+        """Answer several runs' batches with one build batch: ``groups`` is a list of
+        (layer key, space, configs), the answer one result list per group.
+
+        One batch keeps every build worker busy: a batch waits for its slowest build (good
+        configs, unrolled deep, compile slowest), so a batch of one worker's worth idles
+        the rest behind the tail. A config asked twice (two seeds) is measured once."""
         from search.tuner import TrialResult
         from templates import InvalidConfig, config_to_json
 
-        out, todo, rejected = {}, [], []
+        out, todo, rejected = {}, {}, []
         t0 = time.perf_counter()
-        for cfg in configs:
-            key = (layer_key, config_to_json(cfg))
-            if key in self.cache:
-                out[key[1]] = self.cache[key]
-                continue
-            try:
-                todo.append((key, space.apply(cfg)))
-            except InvalidConfig:
-                rejected.append((key, (None, "invalid")))
+        for layer_key, space, configs in groups:
+            for cfg in configs:
+                key = (layer_key, config_to_json(cfg))
+                if key in self.cache:
+                    out[key] = self.cache[key]
+                elif key not in todo and key not in out:
+                    try:
+                        todo[key] = space.apply(cfg)
+                    except InvalidConfig:
+                        out[key] = (None, "invalid")
+                        rejected.append((key, out[key]))
         self.apply_seconds += time.perf_counter() - t0
         kept = rejected
         if todo:
-            kept += [(key, (res.latency, res.status)) for (key, _), res in zip(todo, self.measurer.measure([m for _, m in todo]))]
+            kept += [(key, (res.latency, res.status)) for key, res in zip(todo, self.measurer.measure(list(todo.values())))]
         # Rejected configs are written too: a replay must answer them as rejected, not
         # with a neighbour's latency (on CUDA the space rejects a good share of proposals).
         self._keep(kept, measured=len(todo))
-        out.update((key[1], value) for key, value in kept)
-        return [TrialResult(cfg, *out[config_to_json(cfg)]) for cfg in configs]
+        out.update(kept)
+        return [[TrialResult(cfg, *out[(layer_key, config_to_json(cfg))]) for cfg in configs]
+                for layer_key, space, configs in groups]
 
     def cost_summary(self) -> str:
         """Where the measurement time went so far (a progress-line suffix)."""
@@ -238,6 +252,9 @@ class ReplayMeasurer:
             out.append(bench.measure([cfg])[0])
         return out
 
+    def measure_groups(self, groups):
+        return [self.measure(layer_key, space, configs) for layer_key, space, configs in groups]
+
     def cost_summary(self) -> str:
         return f"replayed, {self.nearest} of {self.asked} answered by the nearest measured config"
 
@@ -268,6 +285,7 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
     store.register_target(target.history_info())
     n = 0
     seen = set()
+    runs = []
     for model in models:
         for layer in layers_of(model, size):
             if layer.workload_key in seen or layer.workload_key in exclude:
@@ -282,34 +300,73 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
             tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
             if have:
                 tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in have])
-            log(f"history: {model} {layer.name} ({len(seen)} layers, {n} records so far, {cm.measured} measured; {cm.cost_summary()})")
-            for results in tune_batches(tuner, cm, layer, space, per_layer - len(have), batch):
+
+            def write(results, layer=layer, space=space):
                 for res in results:
-                    n += res.status != "invalid"
                     store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
                                      samples=[res.latency] if res.latency else [],
                                      status=res.status if res.status != "ok" or res.latency else "run_error", tuner=tuner_name)
-    return n
+
+            runs.append(Run(tuner, layer.workload_key, space, per_layer - len(have), write))
+    if runs:
+        log(f"history: {len(runs)} of {len(seen)} layers to complete, side by side ({n} records so far)")
+        lockstep(runs, cm, batch, lambda rnd, active: log(
+            f"history: round {rnd}, {len(active)} layers unfinished, {cm.measured} measured; {cm.cost_summary()}"))
+    return n + sum(run.done for run in runs)
 
 
-def tune_batches(tuner, cm, layer, space, trials: int, batch: int, overhead: list[float] | None = None):
-    """The ask/tell loop of both history building and the comparison: yields each
-    measured batch until ``trials`` valid points; ``overhead[0]`` accumulates the seconds
-    spent in ask and tell (model training and search, no measurement)."""
-    done = 0
-    while done < trials:
-        t0 = time.perf_counter()
-        cfgs = tuner.ask(min(batch, trials - done))
-        spent = time.perf_counter() - t0
-        if not cfgs:
-            break
-        results = cm.measure(layer.workload_key, space, cfgs)
-        t0 = time.perf_counter()
-        tuner.tell(results)
-        if overhead is not None:
-            overhead[0] += spent + time.perf_counter() - t0
-        done += sum(r.status != "invalid" for r in results)
-        yield results
+@dataclasses.dataclass
+class Run:
+    """One tuning run (a tuner on one layer until ``trials`` valid points) in a lockstep."""
+
+    tuner: Any
+    layer_key: str
+    space: Any
+    trials: int
+    on_results: Callable[[list], None] | None = None
+    done: int = 0
+    best: float | None = None
+    curve: list[float | None] = dataclasses.field(default_factory=list)
+    overhead: float = 0.0  # seconds in ask and tell: model training and search, no measurement
+
+
+def lockstep(runs: list[Run], cm, batch: int, on_round: Callable[[int, list[Run]], None] | None = None) -> None:
+    """Drive ``runs`` side by side: each round asks every unfinished run for its next
+    batch, measures all the batches as one (``cm.measure_groups``) and tells each run its
+    results.
+
+    Each run sees what it would see alone: a distinct config is measured once and then
+    answered from the cache whichever run asks first. Only the order of measurements
+    changes, and with it how full the build workers are: on the GPU machine one run's
+    batch of 16 left 15 of 16 workers waiting on the slowest build.
+    """
+    active = [r for r in runs if r.done < r.trials]
+    rnd = 0
+    while active:
+        asked = []
+        for run in active:
+            t0 = time.perf_counter()
+            asked.append(run.tuner.ask(min(batch, run.trials - run.done)))
+            run.overhead += time.perf_counter() - t0
+        live = [(run, cfgs) for run, cfgs in zip(active, asked) if cfgs]  # no config left: done
+        answers = cm.measure_groups([(run.layer_key, run.space, cfgs) for run, cfgs in live]) if live else []
+        for (run, _), results in zip(live, answers):
+            t0 = time.perf_counter()
+            run.tuner.tell(results)
+            run.overhead += time.perf_counter() - t0
+            for res in results:
+                if res.status == "invalid":
+                    continue
+                run.done += 1
+                if res.ok and (run.best is None or res.latency < run.best):
+                    run.best = res.latency
+                run.curve.append(run.best)
+            if run.on_results is not None:
+                run.on_results(results)
+        active = [run for run, _ in live if run.done < run.trials]
+        rnd += 1
+        if on_round is not None:
+            on_round(rnd, active)
 
 
 def priors_for(store, layer, target, exclude: set[str]):
@@ -323,21 +380,12 @@ def priors_for(store, layer, target, exclude: set[str]):
     return m.score, priors_from_match(store, m)
 
 
-def run_one(tuner_name, space, layer, cm, trials, batch, seed, priors):
+def make_run_tuner(spec: str, space, layer, seed: int, priors):
+    """The tuner a ``--tuners`` entry names, with its options, for one seed."""
     from search import make_tuner
 
-    name, opts = parse_tuner(tuner_name)
-    tuner = make_tuner(name, space, seed=seed, priors=priors, layer_features=layer.features(), **opts)
-    curve, best = [], None
-    overhead = [0.0]
-    for results in tune_batches(tuner, cm, layer, space, trials, batch, overhead):
-        for r in results:
-            if r.status == "invalid":
-                continue
-            if r.ok and (best is None or r.latency < best):
-                best = r.latency
-            curve.append(best)
-    return curve, overhead[0] / max(len(curve), 1)
+    name, opts = parse_tuner(spec)
+    return make_tuner(name, space, seed=seed, priors=priors, layer_features=layer.features(), **opts)
 
 
 def trials_to_within(curve, best_known, tol=0.05):
@@ -534,15 +582,16 @@ def main() -> int:
     for model, layer in targets:
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
         score, priors = priors_for(store, layer, target, exclude)
-        curves = {t: [] for t in tuners}
-        overhead = {t: [] for t in tuners}
-        for t in tuners:
-            for seed in range(args.seeds):
-                curve, ovh = run_one(t, space, layer, cm, args.trials, args.batch, seed, priors)
-                final = f"{curve[-1] * 1e6:.1f} us" if curve and curve[-1] is not None else "no valid point"
-                log(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(curve)} trials ({cm.measured} measured; {cm.cost_summary()})")
-                curves[t].append(curve)
-                overhead[t].append(ovh)
+        runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)
+                for t in tuners for seed in range(args.seeds)}
+        # Every tuner and seed of the layer side by side: one build batch per round.
+        lockstep(list(runs.values()), cm, args.batch, lambda rnd, active: log(
+            f"{model}:{layer.name} round {rnd}: {len(active)} of {len(runs)} runs unfinished ({cm.measured} measured; {cm.cost_summary()})"))
+        curves = {t: [runs[t, seed].curve for seed in range(args.seeds)] for t in tuners}
+        overhead = {t: [runs[t, seed].overhead / max(len(runs[t, seed].curve), 1) for seed in range(args.seeds)] for t in tuners}
+        for (t, seed), run in runs.items():
+            final = f"{run.best * 1e6:.1f} us" if run.best is not None else "no valid point"
+            log(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(run.curve)} trials")
         best_known = cm.best(layer.workload_key)
         row = {"layer": f"{model}:{layer.name}", "op_class": layer.op_class, "shapes": layer.inputs + layer.weights,
                "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors), "best_known_s": best_known, "tuners": {}}

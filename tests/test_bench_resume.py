@@ -21,7 +21,8 @@ from templates import config_to_json  # noqa: E402
 from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_history_guided import CachedMeasurer, ReplayMeasurer, pairs_of, parse_tuner  # noqa: E402
+from bench_history_guided import CachedMeasurer, ReplayMeasurer, Run, lockstep, pairs_of, parse_tuner  # noqa: E402
+from search import make_tuner  # noqa: E402
 
 
 def _matmul_func(n: int):
@@ -103,3 +104,41 @@ def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
     assert [r.latency for r in got[:3]] == [3e-6, 1e-6, 2e-6]  # recorded: answered as measured
     assert got[3].ok and got[3].latency in (1e-6, 2e-6, 3e-6)  # not in the file: its nearest config's
     assert (replay.asked, replay.nearest, replay.measured) == (4, 1, 0)
+
+
+def test_runs_side_by_side_see_what_they_see_alone(tmp_path):
+    """The bench drives every tuner and seed of a layer in lockstep (one build batch per
+    round); each run's curve must be the one it gets run alone."""
+    _, space, cfgs = _space_and_configs(40, seed=2)
+    rng = np.random.default_rng(3)
+    path = tmp_path / "measurements.jsonl"
+    path.write_text("".join(json.dumps({"target": "llvm:x:cpu", "layer": "mm", "config": config_to_json(c),
+                                        "latency": float(lat), "status": "ok"}) + "\n"
+                            for c, lat in zip(cfgs, rng.uniform(1e-6, 1e-5, len(cfgs)))))
+
+    def run(name, seed):
+        return Run(make_tuner(name, space, seed=seed), "mm", space, trials=20)
+
+    specs = [("xgb", 0), ("xgb", 1), ("ga", 0), ("random", 4)]
+    together = [run(*s) for s in specs]
+    rounds = []
+    lockstep(together, ReplayMeasurer(str(path), "llvm:x:cpu"), batch=8, on_round=lambda k, active: rounds.append(len(active)))
+    for spec, joint in zip(specs, together):
+        alone = run(*spec)
+        lockstep([alone], ReplayMeasurer(str(path), "llvm:x:cpu"), batch=8)
+        assert len(joint.curve) == 20 and joint.curve == alone.curve, spec
+        assert joint.best == min(c for c in joint.curve if c is not None)
+    assert rounds == [4, 4, 0]  # 8 + 8 + 4 trials each
+
+
+def test_one_build_batch_measures_a_config_asked_twice_once():
+    """Two seeds proposing the same config in one round: one build, one answer for both."""
+    target, space, cfgs = _space_and_configs(3, seed=4)
+    cm = CachedMeasurer(target, repeat=1)
+    try:
+        first, second = cm.measure_groups([("mm", space, cfgs[:2]), ("mm", space, cfgs[1:])])
+    finally:
+        cm.close()
+    assert cm.measured == 3
+    assert all(r.ok for r in first + second), [r.status for r in first + second]
+    assert first[1].latency == second[0].latency
