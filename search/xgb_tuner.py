@@ -247,8 +247,10 @@ class XGBTuner(Tuner):
             return self.model.fitted
         return self._own_fitted or self._prior_fit_key is not None
 
-    def _seeds_from(self, p_idx: np.ndarray, p_w: np.ndarray) -> list[tuple[int, ...]]:
-        """Distinct mapped prior configs, best similarity x performance first."""
+    def _seeds_from(self, p_idx: np.ndarray, p_w: np.ndarray, limit: int | None = None) -> list[tuple[int, ...]]:
+        """Distinct mapped prior configs, best similarity x performance first (at most
+        ``limit``, default ``sa_points``)."""
+        limit = self.sa_points if limit is None else limit
         if not len(p_idx):
             return []
         score = p_w * self._prior_y[p_idx]
@@ -261,9 +263,19 @@ class XGBTuner(Tuner):
             if m is not None and m not in got:
                 got.add(m)
                 out.append(m)
-                if len(out) >= self.sa_points:
+                if len(out) >= limit:
                     break
         return out
+
+    def history_configs(self, n: int) -> list[Config]:
+        """The first ``n`` configs history offers this layer, in the order the warm start
+        measures them (similarity x normalized performance, mapped onto this space,
+        distinct): what a tuner gets from history alone, before any search."""
+        if not (self.uses_priors and self.priors):
+            return []
+        p_idx, p_w = self._filtered_priors()
+        ranked = self._seeds_from(p_idx, p_w, limit=n)
+        return [self.space.from_indices(idx) for idx in ranked]
 
     # --- search ---------------------------------------------------------------------------
     def _score(self, idx: np.ndarray) -> np.ndarray:

@@ -600,6 +600,21 @@ def test_tl_xgb_margin_transfer_trains_history_once_and_corrects_it(target, simi
         make_tuner("tl_xgb", target, priors=similar_priors, transfer="stacked")
 
 
+def test_history_configs_are_the_warm_start_in_its_order(target, similar_priors):
+    """What history alone offers (the ceiling benchmark measures it) is exactly what the
+    warm start measures first, best mapped prior first."""
+    tuner = make_tuner("tl_xgb", target, seed=0, priors=similar_priors, layer_features=target.layer_features,
+                       prior_seed_frac=1.0, epsilon=0.0)
+    offered = tuner.history_configs(6)
+    assert len(offered) == 6 and len({config_to_json(c) for c in offered}) == 6
+    assert [config_to_json(c) for c in tuner.ask(6)] == [config_to_json(c) for c in offered]
+    ok = [p for p in similar_priors if p.status == "ok"]
+    winners = {config_to_json(map_config(target, min((q for q in ok if q.workload_key == wk), key=lambda q: q.latency).config))
+               for wk in {p.workload_key for p in ok}}
+    assert config_to_json(offered[0]) in winners  # some similar layer's best comes first
+    assert make_tuner("xgb", target, seed=0).history_configs(6) == []
+
+
 # --------------------------------------------------------------------------------------
 # search quality on the synthetic problem (median trials-to-5% over 5 seeds)
 # --------------------------------------------------------------------------------------
