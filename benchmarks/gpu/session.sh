@@ -7,6 +7,7 @@
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
+#   bash benchmarks/gpu/session.sh ceiling   # what history alone offers its layers (--k 128)
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
 # history DB and the measurement file persist on the warm machine, so the next call
@@ -51,7 +52,7 @@ check)
   step vendor 120 $py benchmarks/bench_vs_vendor.py --model resnet18 --history "$R/home/history.db" --ours-model-ms "$ours" --out "$R/vendor.json"
   step vendor_tf32 60 $py benchmarks/bench_vs_vendor.py --model resnet18 --history "$R/home/history.db" --ours-model-ms "$ours" --tf32 --out "$R/vendor_tf32.json"
   ;;
-history)
+history|ceiling)
   # The versions a replay elsewhere must match: the model-based tuners' proposals follow
   # XGBoost's version (3.4.1 here against 3.2.0 on the CPU machine made the H100 file of
   # 2026-11-22 replay only approximately there; stage the CPU machine's version).
@@ -71,12 +72,17 @@ history)
   # next call (MEASUREMENTS=path carries a returned file into a fresh machine).
   meas=$(dirname "$db")/measurements_cuda.jsonl
   [ -n "${MEASUREMENTS:-}" ] && [ ! -e "$meas" ] && cp "$MEASUREMENTS" "$meas"
-  step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --history-db "$db" \
-    --measurements "$meas" --out "$R/history_guided_cuda${TAG:-}.json" "$@"
+  if [ "$mode" = ceiling ]; then
+    step history_ceiling "${LIMIT:-560}" $py benchmarks/bench_history_ceiling.py --target cuda --history-db "$db" \
+      --measurements "$meas" --out "$R/history_ceiling_cuda${TAG:-}.json" "$@"
+  else
+    step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --history-db "$db" \
+      --measurements "$meas" --out "$R/history_guided_cuda${TAG:-}.json" "$@"
+  fi
   cp "$meas" "$R/" 2>/dev/null
   # SQLite's backup API: a consistent copy even if the run was cut short mid-write.
   $py -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' "$db" "$R/history_cuda.db"
   ;;
-*) echo "unknown mode $mode (check | history)"; exit 2 ;;
+*) echo "unknown mode $mode (check | history | ceiling)"; exit 2 ;;
 esac
 pack
