@@ -3,9 +3,10 @@
 The history-guided benchmark asks how many trials a tuner needs to reach what cold
 XGBoost ends with. A transfer tuner that gets there within a handful of trials has to
 find that quality among history's configs (mapped onto the layer), or extrapolate
-beyond them on its first try: a handful of trials leaves no room for search. This measures those configs, in the order the
-transfer tuner's warm start measures them (similarity x normalized performance), and
-reports the best of the first k for growing k: if even the best of 128 is slower than
+beyond them on its first try: a handful of trials leaves no room for search. This
+measures those configs, in the order the transfer tuner's warm start measures them
+(similarity x normalized performance), and reports the best of the first k for growing
+k: if even the best of 128 is slower than
 cold XGBoost's final, taking history's configs cannot give a 10x pace.
 
 Uses the same history database, target exclusion and match as
