@@ -10,7 +10,8 @@ again, so every asked individual is new.
 The guided GA adds history in two places, after the DAC 2020 history-based tuner:
 
 * the first population starts from the best prior configs mapped onto this space
-  (ordered by similarity x normalized performance) plus random individuals;
+  (by turns across source workloads: :func:`search.warm_start.history_seed_order`)
+  plus random individuals;
 * an *elite-gene dictionary* -- per knob, a probability over candidates, built from the
   elite individuals of the current population and the elite records of each prior
   workload, each weighted by normalized performance and parallelism (threads per block:
@@ -38,6 +39,7 @@ from deap import base, creator, tools
 from search.features import encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors
 from search.tuner import PriorRecord, TrialResult, Tuner
+from search.warm_start import history_seed_order
 from templates.space import Config, KnobSpace
 
 __all__ = ["GATuner", "GuidedGATuner"]
@@ -269,6 +271,8 @@ class GuidedGATuner(GATuner):
         self.encoder = encoder_for(space)
         self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
         self._prior_perf = self._normalized_perf(self.priors)
+        workloads: dict[str, int] = {}
+        self._prior_group = np.array([workloads.setdefault(r.workload_key, len(workloads)) for r in self.priors])
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
         self.elite_dist: list[np.ndarray] = [np.full(s, 1.0 / s) for s in self.sizes]
 
@@ -305,18 +309,9 @@ class GuidedGATuner(GATuner):
         idx, sims = self._kept_priors(())
         if not len(idx):
             return []
-        score = sims * self._prior_perf[idx]
-        out: list[Key] = []
-        seen: set[Key] = set()
         limit = int(round(self.seed_frac * self.pop_size))
-        for j in np.argsort(-score, kind="stable"):
-            if score[j] <= 0 or len(out) >= limit:
-                break
-            key = self._prior_mapped[idx[j]]
-            if key is not None and key not in seen:
-                seen.add(key)
-                out.append(key)
-        return out
+        mapped = [self._prior_mapped[i] for i in idx]
+        return history_seed_order(mapped, self._prior_group[idx], self._prior_perf[idx], sims, limit)
 
     def _fill_initial(self, pop: list[Any], taken: set[Key]) -> None:
         """After the mapped prior elites: draws from the prior-only elite-gene dictionary,

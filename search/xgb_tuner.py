@@ -30,6 +30,7 @@ from search.cost_model import CostModel
 from search.features import FeatureEncoder, encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
 from search.tuner import PriorRecord, Tuner
+from search.warm_start import history_seed_order
 from templates.space import Config, KnobSpace, config_to_json
 
 __all__ = ["TransferXGBTuner", "XGBTuner"]
@@ -248,28 +249,18 @@ class XGBTuner(Tuner):
         return self._own_fitted or self._prior_fit_key is not None
 
     def _seeds_from(self, p_idx: np.ndarray, p_w: np.ndarray, limit: int | None = None) -> list[tuple[int, ...]]:
-        """Distinct mapped prior configs, best similarity x performance first (at most
-        ``limit``, default ``sa_points``)."""
+        """Distinct mapped prior configs in warm-start order (by turns across source
+        workloads, :func:`search.warm_start.history_seed_order`), at most ``limit``
+        (default ``sa_points``)."""
         limit = self.sa_points if limit is None else limit
         if not len(p_idx):
             return []
-        score = p_w * self._prior_y[p_idx]
-        out: list[tuple[int, ...]] = []
-        got: set[tuple[int, ...]] = set()
-        for j in np.argsort(-score, kind="stable"):
-            if score[j] <= 0:
-                break
-            m = self._prior_mapped[p_idx[j]]
-            if m is not None and m not in got:
-                got.add(m)
-                out.append(m)
-                if len(out) >= limit:
-                    break
-        return out
+        mapped = [self._prior_mapped[i] for i in p_idx]
+        return history_seed_order(mapped, self._prior_group[p_idx], self._prior_y[p_idx], p_w, limit)
 
     def history_configs(self, n: int) -> list[Config]:
         """The first ``n`` configs history offers this layer, in the order the warm start
-        measures them (similarity x normalized performance, mapped onto this space,
+        measures them (by turns across source workloads, mapped onto this space,
         distinct): what a tuner gets from history alone, before any search."""
         if not (self.uses_priors and self.priors):
             return []

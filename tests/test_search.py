@@ -714,3 +714,17 @@ def test_replay_determinism_and_trials_to_within(target, similar_priors, tmp_pat
     assert trials_to_within(res, 1.0) == 3
     assert trials_to_within(res, 1.0, tol=0.25) == 2
     assert trials_to_within(res[:1], 1.0) is None
+
+
+def test_history_seeds_take_turns_across_source_workloads():
+    """Every source layer's winner comes before any layer's runner-up, most similar
+    layer first; a config two layers share, a failure or an unmapped row takes no turn."""
+    from search.warm_start import history_seed_order
+
+    mapped = ["a1", "a2", "a3", "b1", "b2", "shared", "shared", "c_fail", None]
+    groups = np.array([0, 0, 0, 1, 1, 0, 2, 2, 2])
+    perf = np.array([1.0, 0.95, 0.9, 1.0, 0.5, 0.8, 1.0, 0.0, 0.9])
+    sims = np.array([0.9, 0.9, 0.9, 0.6, 0.6, 0.9, 0.5, 0.5, 0.5])
+    order = history_seed_order(mapped, groups, perf, sims, limit=10)
+    assert order == ["a1", "b1", "shared", "a2", "b2", "a3"]
+    assert history_seed_order(mapped, groups, perf, sims, limit=2) == ["a1", "b1"]
