@@ -5,7 +5,7 @@ XGBoost ends with. A transfer tuner that gets there within a handful of trials h
 find that quality among history's configs (mapped onto the layer), or extrapolate
 beyond them on its first try: a handful of trials leaves no room for search. This
 measures those configs, in the order the transfer tuner's warm start measures them
-(``XGBTuner.history_configs``: by turns across source layers since run 6; the committed
+(``XGBTuner.history_configs``: by turns across source layers since run 7; the committed
 ``history_ceiling_llvm*.json`` were measured in the earlier similarity x performance
 order), and reports the best of the first k for growing k: if even the best of 128 is
 slower than cold XGBoost's final, taking history's configs cannot give a 10x pace.

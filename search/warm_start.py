@@ -1,13 +1,13 @@
 """Which history configs a guided tuner measures first.
 
 Ranking every prior by similarity x normalized performance lets the most similar source
-layer fill the whole warm start: its 30th-best config (0.84 x 0.9) outranks the winner
-of a layer with two thirds of its similarity (0.55 x 1.0). Those configs are mostly variants of
-one schedule, so the first batches explore one neighbourhood. On the 256-deep llvm
-history (run 6), ResNet-18's 3x3 128->128 conv drew its first 31 configs from the most
-similar source layer, none faster than 324 us there; the configs of the third most
-similar layer came from the 43rd on and measured a median 253 us (best known: 244.5).
-Taken by turns, the best of the first 8 is 254 us against 347 us.
+layer fill the whole warm start: at similarity 0.84, each of its configs within 0.66 of
+its best outranks the winner of a layer at similarity 0.55. Those configs are mostly
+variants of one schedule, so the first batches explore one neighbourhood. On the
+256-deep llvm history (run 6), ResNet-18's 3x3 128->128 conv drew its first 31 configs
+from the most similar source layer, none faster than 324 us there; the configs of a
+layer at similarity 0.59 came from the 43rd on and measured a median 253 us (best
+known: 244.5). Taken by turns, the best of the first 8 is 254 us against 347 us.
 
 So the order here is by turns: the winner of every kept source layer (most similar
 first), then every layer's second best, and so on. The paper's guided GA seeds "the best
