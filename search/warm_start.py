@@ -43,14 +43,19 @@ def history_seed_order(
         return []
     groups, perf, similarity = np.asarray(groups), np.asarray(perf, dtype=float), np.asarray(similarity, dtype=float)
     # Turn of each row within its workload: 0 for the workload's best distinct config.
+    # A workload's turns at or past ``limit`` can never be reached (its own earlier turns
+    # already fill the list), so each workload is read only that far.
     turn = np.full(n, np.inf)
-    for g in np.unique(groups):
-        rows = np.flatnonzero(groups == g)
-        rows = rows[np.argsort(-perf[rows], kind="stable")]
+    by_workload = np.lexsort((-perf, groups))  # workload by workload, best first
+    sorted_groups = groups[by_workload]
+    bounds = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1], True])
+    for start, stop in zip(bounds[:-1], bounds[1:]):
         seen: set[Hashable] = set()
-        for row in rows:
+        for row in by_workload[start:stop]:
+            if perf[row] <= 0 or len(seen) >= limit:
+                break  # best first: the rest failed too, or lie past the last turn
             key = mapped[row]
-            if perf[row] <= 0 or key is None or key in seen:
+            if key is None or key in seen:
                 continue
             seen.add(key)
             turn[row] = len(seen) - 1
