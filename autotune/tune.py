@@ -170,7 +170,7 @@ class TuneSession:
             self.reporter.close()
             # the run's dispatch decisions and the history records they drew on
             self.store.finish_run(self.run_id, status, {"layers": [
-                {k: layer.get(k) for k in ("name", "workload_key", "match_score", "match", "dispatch", "tuner", "trials", "best_latency", "best_record_id")}
+                {k: layer.get(k) for k in ("name", "workload_key", "match_score", "match", "dispatch", "tuner", "source_weights", "trials", "best_latency", "best_record_id")}
                 for layer in report["layers"]
             ]})
         return report
@@ -261,6 +261,8 @@ class TuneSession:
                 self.reporter.trial(layer.name, done, best)
             out["trials"] = done
             out["invalid"] = invalid
+            # which source layers the guided tuner ended up believing (search.source_weights)
+            out["source_weights"] = dict(getattr(tuner, "source_weights", {}))
             self._learn_importance(layer, tuner)
             winner = self._verify_best(layer, space) if opts.verify else self.store.best(layer.workload_key, self.target.key)
             if winner is not None:

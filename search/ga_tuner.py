@@ -7,7 +7,8 @@ used up the next generation is bred (elites of everything measured so far carry 
 without re-measurement). Offspring that repeat a measured or asked config are mutated
 again, so every asked individual is new.
 
-The guided GA adds history in two places, after the DAC 2020 history-based tuner:
+The guided GA adds history in three places, the first two after the DAC 2020
+history-based tuner:
 
 * the first population starts from the best prior configs mapped onto this space
   (by turns across source workloads: :func:`search.warm_start.history_seed_order`)
@@ -19,7 +20,13 @@ The guided GA adds history in two places, after the DAC 2020 history-based tuner
   from it with probability ``p_elite``, else uniformly) and crossover (each child takes,
   per gene, one of its parents' genes with odds given by the dictionary). The priors'
   share of the dictionary decays with each generation as the population's own elites
-  become evidence.
+  become evidence;
+* once the layer has results, each source workload's share of the dictionary is also
+  weighted by its chance of ranking those results best (:mod:`search.source_weights`),
+  and every later generation takes a few *immigrants* (``immigrant_frac`` of it): the
+  next unmeasured history configs, by turns across the sources so weighted. The first
+  population holds only the top two or so configs of each source, chosen before
+  anything showed which source transfers.
 
 DEAP operators draw from Python's global ``random``; each tuner swaps in its own state
 around DEAP calls so runs are reproducible per seed and tuners don't disturb each other
@@ -38,6 +45,7 @@ from deap import base, creator, tools
 
 from search.features import encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors
+from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, TrialResult, Tuner
 from search.warm_start import history_seed_order
 from templates.space import Config, KnobSpace
@@ -189,6 +197,10 @@ class GATuner(Tuner):
     def _before_breeding(self, pool: list[Any]) -> None:
         """Hook for the guided GA (updates its elite-gene dictionary)."""
 
+    def _immigrants(self, taken: set[Key]) -> list[Any]:
+        """Hook for the guided GA: new individuals from outside the population."""
+        return []
+
     def _breed(self) -> None:
         self.generation += 1
         if self.generation == 0:
@@ -205,6 +217,7 @@ class GATuner(Tuner):
             self._add_new(offspring, taken, self._random_new, self.pop_size)
         else:
             self._before_breeding(pool)
+            offspring = self._immigrants(taken)
             target = self.pop_size - len(elites)
             with self._own_random():
                 for _ in range(self.pop_size * 4):
@@ -266,14 +279,30 @@ class GuidedGATuner(GATuner):
     name = "gga"
     guided = True
 
-    def __init__(self, space: KnobSpace, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        space: KnobSpace,
+        *,
+        rank_sources: bool = True,
+        min_ranked: int = 8,
+        immigrant_frac: float = 0.125,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(space, **kwargs)
+        self.rank_sources = rank_sources
+        self.immigrant_frac = immigrant_frac
+        self.min_ranked = min_ranked
+        self._seed = int(kwargs.get("seed", 0))
         self.encoder = encoder_for(space)
         self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
         self._prior_perf = self._normalized_perf(self.priors)
         workloads: dict[str, int] = {}
         self._prior_group = np.array([workloads.setdefault(r.workload_key, len(workloads)) for r in self.priors])
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
+        self._rankers: SourceRankers | None = None  # built on first use: encoding 100k priors takes a second
+        self.source_weights: dict[str, float] = {}
+        # kept prior rows and their weights (similarity x credibility) at the last breeding
+        self._believed: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0))
         self.elite_dist: list[np.ndarray] = [np.full(s, 1.0 / s) for s in self.sizes]
 
     @staticmethod
@@ -304,6 +333,48 @@ class GuidedGATuner(GATuner):
             return_indices=True,
         )
         return idx, kept.weights
+
+    def _credibility(self, idx: np.ndarray, sims: np.ndarray) -> np.ndarray:
+        """Per kept prior row (similarity ``sims``), its workload's chance of ranking this
+        layer's own results best (:mod:`search.source_weights`); all ones until there are
+        ``min_ranked`` successful results or while a single workload is kept."""
+        self.source_weights = {}
+        groups = self._prior_group[idx]
+        uniq = np.unique(groups)
+        keys = list(self._fit)
+        fits = np.array([self._fit[k] for k in keys])
+        if not self.rank_sources or len(uniq) < 2 or int((fits > 0).sum()) < self.min_ranked:
+            return np.ones(len(idx))
+        if self._rankers is None:
+            X = self.encoder.encode_configs([r.config for r in self.priors])
+            self._rankers = SourceRankers(X, self._prior_perf, self._prior_group, seed=self._seed)
+        with np.errstate(divide="ignore"):
+            latency = np.where(fits > 0, 1.0 / fits, np.inf)
+        X_own = self.encoder.encode_indices(np.array(keys))
+        row_p, per_group = self._rankers.row_weights(groups, sims, X_own, latency, self._seed)
+        names = {int(self._prior_group[i]): self.priors[i].workload_key for i in idx}
+        self.source_weights = {names[g]: round(pg, 3) for g, pg in per_group.items()}
+        return row_p
+
+    def _immigrants(self, taken: set[Key]) -> list[Any]:
+        """History's next configs, by turns across source workloads weighted by how well
+        each ranks this layer's results so far: the first population could only hold the
+        top two or so of each source, before anything said which source to follow."""
+        n = int(round(self.immigrant_frac * self.pop_size))
+        idx, sims = self._believed  # as weighted for this generation's dictionary
+        if n <= 0 or not len(idx):
+            return []
+        idx, sims = idx[sims > 0], sims[sims > 0]
+        mapped = [self._prior_mapped[i] for i in idx]
+        order = history_seed_order(mapped, self._prior_group[idx], self._prior_perf[idx], sims, n + len(self._fit))
+        out: list[Any] = []
+        for key in order:
+            if len(out) >= n:
+                break
+            if self._is_new(key, taken):
+                taken.add(key)
+                out.append(self._individual(key))
+        return out
 
     def _seed_keys(self) -> list[Key]:
         idx, sims = self._kept_priors(())
@@ -363,6 +434,9 @@ class GuidedGATuner(GATuner):
                 for g, v in enumerate(key):
                     counts[g][v] += wt
         idx, sims = self._kept_priors(self.state.results)
+        if len(idx):
+            sims = sims * self._credibility(idx, sims)
+        self._believed = (idx, sims)
         if len(idx):
             mass = self.prior_weight / (1.0 + self.generation)
             by_wk: dict[str, list[int]] = {}

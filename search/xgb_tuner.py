@@ -15,6 +15,12 @@ prior-only model's picks. How its own results meet the priors is ``transfer``:
   match the priors' total pull. Kept for comparison: where history ranks this layer
   wrongly, its rows keep competing with the layer's own evidence.
 
+Which source workloads the priors come from is re-judged as results arrive: the
+similarity filter first, then (``rank_sources``, default on) each kept source is weighted
+by its chance of ranking the layer's own results best, from a ranker fitted on that
+source alone (:mod:`search.source_weights`). Similarity picks the history that should
+transfer; this keeps the history that does.
+
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
 narrow region is confidently wrong elsewhere and only exploration can show it.
 """
@@ -29,6 +35,7 @@ import numpy as np
 from search.cost_model import CostModel
 from search.features import FeatureEncoder, encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
+from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, Tuner
 from search.warm_start import history_seed_order
 from templates.space import Config, KnobSpace, config_to_json
@@ -60,6 +67,7 @@ class XGBTuner(Tuner):
         max_prior_rows: int = 20000,
         prior_seed_frac: float = 0.5,
         transfer: str = "margin",
+        rank_sources: bool = True,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -72,6 +80,8 @@ class XGBTuner(Tuner):
         if transfer not in ("margin", "joint"):
             raise ValueError(f"transfer must be 'margin' or 'joint', not {transfer!r}")
         self.transfer = transfer
+        self.rank_sources = rank_sources
+        self._seed = int(seed)
         self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features))
         self.model = CostModel(
             n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
@@ -89,8 +99,13 @@ class XGBTuner(Tuner):
         self._fitted_on = -1
         self._prior_seeds: list[tuple[int, ...]] = []
         self._n_prior_kept = 0
+        self.source_weights: dict[str, float] = {}
         if self.uses_priors and self.priors:
             self._prepare_priors()
+            self._rankers = SourceRankers(
+                self._prior_X, self._prior_y, self._prior_group,
+                n_estimators=n_estimators, max_depth=max_depth, seed=seed,
+            )
             if self.transfer == "margin":
                 self.prior_model = CostModel(
                     n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
@@ -140,6 +155,32 @@ class XGBTuner(Tuner):
         )
         return idx, kept.weights
 
+    def _credible(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Weights times each source's chance of ranking the layer's own results best
+        (:mod:`search.source_weights`); sources that never do are dropped.
+
+        Waits for ``min_train`` successful own results: fewer rank too few pairs to tell
+        sources apart.
+        """
+        self.source_weights = {}
+        if not (self.rank_sources and len(idx)):
+            return idx, w
+        groups = self._prior_group[idx]
+        uniq = np.unique(groups)
+        if len(uniq) < 2:
+            return idx, w
+        own_idx, own_y = self._own_rows()
+        if int((own_y > 0).sum()) < self.min_train:
+            return idx, w
+        with np.errstate(divide="ignore"):
+            latency = np.where(own_y > 0, 1.0 / own_y, np.inf)
+        X_own = self.encoder.encode_indices(own_idx, self.layer_features)
+        row_p, per_group = self._rankers.row_weights(groups, w, X_own, latency, self._seed)
+        names = {int(self._prior_group[i]): self.priors[i].workload_key for i in idx}
+        self.source_weights = {names[g]: round(pg, 3) for g, pg in per_group.items()}
+        keep = row_p > 0
+        return idx[keep], (w * row_p)[keep]
+
     def _subsample(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Cap prior rows: half the best (by similarity x performance), half at random.
 
@@ -188,6 +229,7 @@ class XGBTuner(Tuner):
         """Retrain on priors + own results; False when there is nothing to learn from."""
         own_idx, own_y = self._own_rows()
         p_idx, p_w = self._filtered_priors()
+        p_idx, p_w = self._credible(p_idx, p_w)
         p_idx, p_w = self._subsample(p_idx, p_w)
         self._n_prior_kept = len(p_idx)
         self._prior_seeds = self._seeds_from(p_idx, p_w)

@@ -107,6 +107,9 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
             assert layer["dispatch"] == "exact" and layer["trials"] == 0 and layer["match_score"] == 1.0
         else:
             assert layer["dispatch"] != "exact"
+            # which source layers a guided tuner believed in the end (empty: one or none)
+            assert isinstance(layer["source_weights"], dict)
+            assert all(0.0 <= w <= 1.0 for w in layer["source_weights"].values())
     with open_history(str(history), readonly=True) as store:
         assert {k: len(store.records(workload_key=k)) for k in tuned_before} == before
 

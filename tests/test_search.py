@@ -728,3 +728,96 @@ def test_history_seeds_take_turns_across_source_workloads():
     order = history_seed_order(mapped, groups, perf, sims, limit=10)
     assert order == ["a1", "b1", "shared", "a2", "b2", "a3"]
     assert history_seed_order(mapped, groups, perf, sims, limit=2) == ["a1", "b1"]
+
+
+def test_best_ranker_probability_follows_ranking_not_order_of_sources():
+    """The source that orders the measured points right takes the weight, whatever its
+    position; identical sources share it; a failure (inf) is slower than any success."""
+    from search.source_weights import best_ranker_probability, misranked_pair_matrix
+
+    rng = np.random.default_rng(0)
+    latency = np.array([3.0, 1.0, 2.0, 5.0, 4.0, np.inf, 6.0, 0.5, 7.0, 2.5])
+    right = -np.where(np.isfinite(latency), latency, 100.0)  # higher = better
+    wrong = -right
+    noisy = right + rng.normal(0, 3.0, len(latency))
+    p = best_ranker_probability(np.vstack([wrong, noisy, right]), latency, np.random.default_rng(1))
+    assert p.sum() == pytest.approx(1.0)
+    assert p[2] > 0.9 and p[0] == 0.0
+    assert best_ranker_probability(np.vstack([right, right]), latency, np.random.default_rng(1)) == pytest.approx([0.5, 0.5])
+    # ranking a failure first misranks it against every success
+    fail_first = right.copy()
+    fail_first[5] = 10.0
+    assert misranked_pair_matrix(fail_first, latency)[0].sum() == int(np.isfinite(latency).sum())
+    assert misranked_pair_matrix(right, latency)[0].sum() == 0
+
+
+@pytest.mark.parametrize("name", ["tl_xgb", "gga"])
+def test_guided_tuners_weight_sources_by_how_they_rank_own_results(target, similar_priors, name):
+    """Two equally similar source layers, one measured on hardware with other quirks:
+    once the layer has results, the one that ranks them right carries the history."""
+    other = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
+    honest = similar_priors[0].workload_key
+    weights = []
+    for seed in (0, 1, 2):
+        tuner = make_tuner(name, target, seed=seed, priors=list(similar_priors) + other,
+                           layer_features=target.layer_features)
+        bench = SynthBench(target)
+        for _ in range(5):
+            tuner.tell(bench.measure(tuner.ask(8)))
+        tuner.ask(8)
+        assert set(tuner.source_weights) == {honest, "other_hw"}
+        weights.append(tuner.source_weights[honest])
+        assert tuner.source_weights[honest] > tuner.source_weights["other_hw"]
+    assert np.median(weights) >= 0.9
+    if name == "tl_xgb":  # a source that never ranks best leaves the prior model
+        off = make_tuner(name, target, seed=0, priors=list(similar_priors) + other,
+                         layer_features=target.layer_features, rank_sources=False)
+        bench = SynthBench(target)
+        for _ in range(5):
+            off.tell(bench.measure(off.ask(8)))
+        off.ask(8)
+        assert off.source_weights == {} and off._n_prior_kept == len(similar_priors) + len(other)
+
+
+def test_gga_immigrants_come_from_the_credible_source(target, similar_priors):
+    other = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
+    tuner = make_tuner("gga", target, seed=0, priors=list(similar_priors) + other,
+                       layer_features=target.layer_features)
+    bench = SynthBench(target)
+    bred: list[list] = []
+    immigrants_of = tuner._immigrants
+
+    def spy(taken):
+        out = immigrants_of(taken)
+        bred.append([tuple(ind) for ind in out])
+        return out
+
+    tuner._immigrants = spy
+    while tuner.generation < 1:
+        tuner.tell(bench.measure(tuner.ask(8)))
+    assert tuner.source_weights["other_hw"] == 0.0
+    n = int(round(tuner.immigrant_frac * tuner.pop_size))
+    immigrants = bred[0]
+    assert set(immigrants) <= set(map(tuple, tuner._gen))
+    honest_keys = {tuner._prior_mapped[i] for i, r in enumerate(tuner.priors) if r.workload_key != "other_hw"}
+    assert len(immigrants) == n and all(k in honest_keys for k in immigrants)
+
+
+def test_source_rankers_rank_only_the_most_similar_sources():
+    """Past MAX_RANKED_SOURCES workloads, the least similar ones are not ranked (weight 0)
+    and every ranked workload's records fit a ranker of their own."""
+    from search.source_weights import MAX_RANKED_SOURCES, SourceRankers
+
+    rng = np.random.default_rng(0)
+    n_src, per = MAX_RANKED_SOURCES + 4, 12
+    X = rng.random((n_src * per, 3))
+    y = np.tile(np.linspace(0.1, 1.0, per), n_src)
+    groups = np.repeat(np.arange(n_src), per)
+    sims = np.repeat(np.linspace(0.3, 0.9, n_src), per)  # workload 0 least similar
+    rankers = SourceRankers(X, y, groups, n_estimators=5, max_depth=2, seed=0)
+    X_own, lat = rng.random((10, 3)), rng.random(10) + 0.5
+    row, per_group = rankers.row_weights(groups, sims, X_own, lat, seed=0)
+    assert sorted(per_group) == list(range(4, n_src))
+    assert np.all(row[groups < 4] == 0.0)
+    assert sum(per_group.values()) == pytest.approx(1.0)
+    assert np.allclose(row[groups >= 4], [per_group[g] for g in groups[groups >= 4]])

@@ -1,0 +1,139 @@
+"""Which source layer to believe: the one that ranks this layer's own measurements best.
+
+Layer similarity says which history *should* transfer; the layer's own measurements say
+which history *does*. On the 256-deep llvm history the two disagree where transfer
+failed. For ResNet-18's 3x3 256->256 conv (conv2d7) the most similar source layer
+(similarity 0.90 after importance weighting) outweighs the next (0.68). Yet of the
+2,241 configs measured on the layer, the 50 that a ranker of the first source alone
+scores highest include none faster than 406.7 us, while the second source's ranker's
+top 50 include one at 270.3 us (best known: 239.2). The joint prior model followed the
+first, and in run 7 the transfer tuner stalled at 392.7 us in three of five seeds.
+
+So, after RGPE (Feurer et al., "Scalable Meta-Learning for Bayesian Optimization using
+Ranking-Weighted Gaussian Process Ensembles", 2018): each source workload gets its own
+ranker, fitted once on its records; once the layer has measured enough configs, each
+source is weighted by the probability that it misranks the fewest pairs of them,
+estimated over bootstrap resamples of the layer's measurements. A source that never
+ranks best gets weight 0 and leaves the prior model. Why resample rather than take
+the argmin: with eight points two sources' losses often differ by one pair, and the
+resamples turn such a near-tie into split weight rather than all or nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from search.cost_model import CostModel
+
+__all__ = ["MAX_RANKED_SOURCES", "SourceRankers", "best_ranker_probability", "misranked_pair_matrix"]
+
+#: Sources ranked at most, the most similar ones; the rest are dropped once ranking starts.
+#: Among hundreds of noisy rankers the one that fits a few dozen points best is mostly
+#: the luckiest, and each costs a model fit.
+MAX_RANKED_SOURCES = 16
+
+
+def misranked_pair_matrix(scores: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """(S, n, n) booleans: source s ranks measured point i below j though i was faster.
+
+    ``scores`` (S, n): each source's score of the n measured configs, higher = better.
+    ``latency`` (n,): measured latency, ``inf`` for failures (slower than any success;
+    two failures form no pair).
+    """
+    scores = np.atleast_2d(np.asarray(scores, dtype=float))
+    lat = np.asarray(latency, dtype=float)
+    faster = lat[:, None] < lat[None, :]  # i strictly faster than j
+    return faster[None, :, :] & (scores[:, :, None] < scores[:, None, :])
+
+
+def best_ranker_probability(
+    scores: np.ndarray,
+    latency: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    n_boot: int = 128,
+) -> np.ndarray:
+    """Per source, the share of bootstrap resamples of the measured points in which it
+    misranks the fewest pairs (ties share the win). Sums to 1 over sources.
+
+    ``scores`` (S, n) and ``latency`` (n,) as in :func:`misranked_pair_matrix`.
+    """
+    scores = np.atleast_2d(np.asarray(scores, dtype=float))
+    n_src, n = scores.shape
+    if n_src == 0:
+        return np.zeros(0)
+    if n < 2:
+        return np.full(n_src, 1.0 / n_src)
+    wrong = misranked_pair_matrix(scores, latency).astype(float)
+    # A resample is a multiplicity per point; the misranked pairs it holds are c^T M c.
+    picks = rng.integers(n, size=(n_boot, n))
+    counts = np.zeros((n_boot, n))
+    np.add.at(counts, (np.repeat(np.arange(n_boot), n), picks.ravel()), 1.0)
+    losses = np.einsum("bi,sij,bj->bs", counts, wrong, counts)
+    winners = losses == losses.min(axis=1, keepdims=True)
+    share = winners / winners.sum(axis=1, keepdims=True)
+    return share.mean(axis=0)
+
+
+class SourceRankers:
+    """One XGBoost ranker per source workload of a tuner's priors, each fitted on first
+    use on that workload's records alone (priors never change during a run).
+
+    ``X`` (rows x features), ``y`` (normalized performance within the workload) and
+    ``groups`` (workload id per row) describe the priors; ``model_args`` go to
+    :class:`search.cost_model.CostModel`.
+    """
+
+    #: Records a source's ranker trains on at most (a seeded random subset beyond that):
+    #: a few thousand pin down a 50-tree ranker, and ten 10k-record sources took 4 s.
+    max_rows = 2048
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, **model_args: int) -> None:
+        self.X, self.y, self.groups = X, y, np.asarray(groups)
+        self.model_args = model_args
+        self._models: dict[int, CostModel] = {}
+
+    def scores(self, group: int, X_own: np.ndarray) -> np.ndarray:
+        """Workload ``group``'s scores of ``X_own``, higher = better."""
+        from search.cost_model import CostModel
+
+        model = self._models.get(group)
+        if model is None:
+            rows = np.flatnonzero(self.groups == group)
+            if len(rows) > self.max_rows:
+                rng = np.random.default_rng([int(self.model_args.get("seed", 0)) & 0xFFFFFFFF, group])
+                rows = np.sort(rng.choice(rows, self.max_rows, replace=False))
+            model = CostModel(nthread=1, **self.model_args).fit(self.X[rows], self.y[rows])
+            self._models[group] = model
+        return model.predict(X_own)
+
+    def weights(self, groups: np.ndarray, X_own: np.ndarray, latency: np.ndarray, seed: int) -> np.ndarray:
+        """:func:`best_ranker_probability` of each workload in ``groups`` on the layer's
+        own measured configs ``X_own`` / ``latency``. The bootstrap is seeded by ``seed``
+        and the number of measurements: the same evidence always gives the same weights."""
+        if not len(groups):
+            return np.zeros(0)
+        scores = np.vstack([self.scores(int(g), X_own) for g in groups])
+        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, len(latency)])
+        return best_ranker_probability(scores, latency, rng)
+
+    def row_weights(
+        self, groups: np.ndarray, similarity: np.ndarray, X_own: np.ndarray, latency: np.ndarray, seed: int
+    ) -> tuple[np.ndarray, dict[int, float]]:
+        """Per prior row (workload ``groups[i]``, similarity ``similarity[i]``) its
+        workload's :meth:`weights`, and those weights per workload. Only the
+        :data:`MAX_RANKED_SOURCES` workloads of highest similarity are ranked; rows of the
+        others get 0."""
+        groups = np.asarray(groups)
+        uniq = np.unique(groups)
+        if len(uniq) > MAX_RANKED_SOURCES:
+            top = np.zeros(len(uniq))
+            np.maximum.at(top, np.searchsorted(uniq, groups), np.asarray(similarity, dtype=float))
+            uniq = np.sort(uniq[np.argsort(-top, kind="stable")[:MAX_RANKED_SOURCES]])
+        p = self.weights(uniq, X_own, latency, seed)
+        pos = np.clip(np.searchsorted(uniq, groups), 0, len(uniq) - 1)
+        row = np.where(uniq[pos] == groups, p[pos], 0.0)
+        return row, {int(g): float(pg) for g, pg in zip(uniq, p)}
