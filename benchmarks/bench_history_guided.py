@@ -487,6 +487,8 @@ def main() -> int:
     parser.add_argument("--history-db", help="keep the history here; an existing file is reused and completed, not rebuilt")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3,resnet18:4,resnet18:7,resnet18:11,mobilenetv2:5",
                         help="MODEL:INDEX of tunable conv/dense layers (index into that model's list)")
+    parser.add_argument("--exclude", help="MODEL:INDEX layers kept out of history and matching besides --targets "
+                        "(an earlier run's other targets, so a run on fewer targets reuses its history as it was)")
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=5)
@@ -548,6 +550,9 @@ def main() -> int:
         model, idx = spec.split(":")
         targets.append((model, layers_of(model, args.size)[int(idx)]))
     exclude = {layer.workload_key for _, layer in targets}
+    for spec in filter(None, (args.exclude or "").split(",")):
+        model, idx = spec.split(":")
+        exclude.add(layers_of(model, args.size)[int(idx)].workload_key)
     # An earlier run's history is the same evidence: only what it lacks is measured.
     # A replay never adds to history: it only counts what the recorded run had.
     n_hist = build_history(store, target, cm, args.source.split(","), args.size, 0 if args.replay else args.history_trials,
