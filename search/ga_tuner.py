@@ -298,6 +298,7 @@ class GuidedGATuner(GATuner):
         self._prior_perf = self._normalized_perf(self.priors)
         workloads: dict[str, int] = {}
         self._prior_group = np.array([workloads.setdefault(r.workload_key, len(workloads)) for r in self.priors])
+        self._prior_workloads = list(workloads)  # workload key of each group id
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
         self._rankers: SourceRankers | None = None  # built on first use: encoding 100k priors takes a second
         self.source_weights: dict[str, float] = {}
@@ -347,13 +348,10 @@ class GuidedGATuner(GATuner):
             return np.ones(len(idx))
         if self._rankers is None:
             X = self.encoder.encode_configs([r.config for r in self.priors])
-            self._rankers = SourceRankers(X, self._prior_perf, self._prior_group, seed=self._seed)
-        with np.errstate(divide="ignore"):
-            latency = np.where(fits > 0, 1.0 / fits, np.inf)
+            self._rankers = SourceRankers(X, self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed)
         X_own = self.encoder.encode_indices(np.array(keys))
-        row_p, per_group = self._rankers.row_weights(groups, sims, X_own, latency, self._seed)
-        names = {int(self._prior_group[i]): self.priors[i].workload_key for i in idx}
-        self.source_weights = {names[g]: round(pg, 3) for g, pg in per_group.items()}
+        row_p, by_workload = self._rankers.row_weights(groups, sims, X_own, fits, self._seed)
+        self.source_weights = {k: round(v, 3) for k, v in by_workload.items()}
         return row_p
 
     def _immigrants(self, taken: set[Key]) -> list[Any]:

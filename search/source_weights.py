@@ -21,7 +21,7 @@ resamples turn such a near-tie into split weight rather than all or nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -83,16 +83,17 @@ class SourceRankers:
     use on that workload's records alone (priors never change during a run).
 
     ``X`` (rows x features), ``y`` (normalized performance within the workload) and
-    ``groups`` (workload id per row) describe the priors; ``model_args`` go to
-    :class:`search.cost_model.CostModel`.
+    ``groups`` (workload id per row, an index into ``names``, the workload keys) describe
+    the priors; ``model_args`` go to :class:`search.cost_model.CostModel`.
     """
 
     #: Records a source's ranker trains on at most (a seeded random subset beyond that):
     #: a few thousand pin down a 50-tree ranker, and ten 10k-record sources took 4 s.
     max_rows = 2048
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, **model_args: int) -> None:
+    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, names: Sequence[str], **model_args: int) -> None:
         self.X, self.y, self.groups = X, y, np.asarray(groups)
+        self.names = list(names)
         self.model_args = model_args
         self._models: dict[int, CostModel] = {}
 
@@ -110,21 +111,26 @@ class SourceRankers:
             self._models[group] = model
         return model.predict(X_own)
 
-    def weights(self, groups: np.ndarray, X_own: np.ndarray, latency: np.ndarray, seed: int) -> np.ndarray:
+    def weights(self, groups: np.ndarray, X_own: np.ndarray, perf: np.ndarray, seed: int) -> np.ndarray:
         """:func:`best_ranker_probability` of each workload in ``groups`` on the layer's
-        own measured configs ``X_own`` / ``latency``. The bootstrap is seeded by ``seed``
-        and the number of measurements: the same evidence always gives the same weights."""
+        own measured configs ``X_own``, whose performance ``perf`` is any measure where
+        higher is better (1 / latency, or normalized throughput), 0 for a failure. The
+        bootstrap is seeded by ``seed`` and the number of measurements: the same evidence
+        always gives the same weights."""
         if not len(groups):
             return np.zeros(0)
         scores = np.vstack([self.scores(int(g), X_own) for g in groups])
+        perf = np.asarray(perf, dtype=float)
+        with np.errstate(divide="ignore"):
+            latency = np.where(perf > 0, 1.0 / perf, np.inf)
         rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, len(latency)])
         return best_ranker_probability(scores, latency, rng)
 
     def row_weights(
-        self, groups: np.ndarray, similarity: np.ndarray, X_own: np.ndarray, latency: np.ndarray, seed: int
-    ) -> tuple[np.ndarray, dict[int, float]]:
+        self, groups: np.ndarray, similarity: np.ndarray, X_own: np.ndarray, perf: np.ndarray, seed: int
+    ) -> tuple[np.ndarray, dict[str, float]]:
         """Per prior row (workload ``groups[i]``, similarity ``similarity[i]``) its
-        workload's :meth:`weights`, and those weights per workload. Only the
+        workload's :meth:`weights`, and those weights by workload key. Only the
         :data:`MAX_RANKED_SOURCES` workloads of highest similarity are ranked; rows of the
         others get 0."""
         groups = np.asarray(groups)
@@ -133,7 +139,7 @@ class SourceRankers:
             top = np.zeros(len(uniq))
             np.maximum.at(top, np.searchsorted(uniq, groups), np.asarray(similarity, dtype=float))
             uniq = np.sort(uniq[np.argsort(-top, kind="stable")[:MAX_RANKED_SOURCES]])
-        p = self.weights(uniq, X_own, latency, seed)
+        p = self.weights(uniq, X_own, perf, seed)
         pos = np.clip(np.searchsorted(uniq, groups), 0, len(uniq) - 1)
         row = np.where(uniq[pos] == groups, p[pos], 0.0)
-        return row, {int(g): float(pg) for g, pg in zip(uniq, p)}
+        return row, {self.names[int(g)]: float(pg) for g, pg in zip(uniq, p)}

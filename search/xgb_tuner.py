@@ -103,7 +103,7 @@ class XGBTuner(Tuner):
         if self.uses_priors and self.priors:
             self._prepare_priors()
             self._rankers = SourceRankers(
-                self._prior_X, self._prior_y, self._prior_group,
+                self._prior_X, self._prior_y, self._prior_group, self._prior_workloads,
                 n_estimators=n_estimators, max_depth=max_depth, seed=seed,
             )
             if self.transfer == "margin":
@@ -125,6 +125,7 @@ class XGBTuner(Tuner):
         self._prior_X = enc.encode_configs([r.config for r in recs], lf, mapped=self._prior_mapped)
         wkeys: dict[str, int] = {}
         self._prior_group = np.array([wkeys.setdefault(r.workload_key, len(wkeys)) for r in recs])
+        self._prior_workloads = list(wkeys)  # workload key of each group id
         lat = np.array(
             [r.latency if (r.latency is not None and r.status == "ok" and r.latency > 0) else np.nan for r in recs],
             dtype=float,
@@ -172,12 +173,9 @@ class XGBTuner(Tuner):
         own_idx, own_y = self._own_rows()
         if int((own_y > 0).sum()) < self.min_train:
             return idx, w
-        with np.errstate(divide="ignore"):
-            latency = np.where(own_y > 0, 1.0 / own_y, np.inf)
         X_own = self.encoder.encode_indices(own_idx, self.layer_features)
-        row_p, per_group = self._rankers.row_weights(groups, w, X_own, latency, self._seed)
-        names = {int(self._prior_group[i]): self.priors[i].workload_key for i in idx}
-        self.source_weights = {names[g]: round(pg, 3) for g, pg in per_group.items()}
+        row_p, by_workload = self._rankers.row_weights(groups, w, X_own, own_y, self._seed)
+        self.source_weights = {k: round(v, 3) for k, v in by_workload.items()}
         keep = row_p > 0
         return idx[keep], (w * row_p)[keep]
 

@@ -814,10 +814,11 @@ def test_source_rankers_rank_only_the_most_similar_sources():
     y = np.tile(np.linspace(0.1, 1.0, per), n_src)
     groups = np.repeat(np.arange(n_src), per)
     sims = np.repeat(np.linspace(0.3, 0.9, n_src), per)  # workload 0 least similar
-    rankers = SourceRankers(X, y, groups, n_estimators=5, max_depth=2, seed=0)
-    X_own, lat = rng.random((10, 3)), rng.random(10) + 0.5
-    row, per_group = rankers.row_weights(groups, sims, X_own, lat, seed=0)
-    assert sorted(per_group) == list(range(4, n_src))
+    names = [f"w{g}" for g in range(n_src)]
+    rankers = SourceRankers(X, y, groups, names, n_estimators=5, max_depth=2, seed=0)
+    X_own, perf = rng.random((10, 3)), rng.random(10) + 0.5
+    row, by_workload = rankers.row_weights(groups, sims, X_own, perf, seed=0)
+    assert sorted(by_workload) == sorted(names[4:])
     assert np.all(row[groups < 4] == 0.0)
-    assert sum(per_group.values()) == pytest.approx(1.0)
-    assert np.allclose(row[groups >= 4], [per_group[g] for g in groups[groups >= 4]])
+    assert sum(by_workload.values()) == pytest.approx(1.0)
+    assert np.allclose(row[groups >= 4], [by_workload[names[g]] for g in groups[groups >= 4]])
