@@ -216,6 +216,7 @@ class ReplayMeasurer:
         self.measured = 0  # nothing is ever measured
         self.asked = 0
         self.nearest = 0
+        self.approximated: dict[str, set[str]] = {}  # layer -> configs answered by the nearest
         self._benches: dict[str, object] = {}
 
     @staticmethod
@@ -249,6 +250,7 @@ class ReplayMeasurer:
                     out.append(TrialResult(cfg, None, "invalid"))
                     continue
                 self.nearest += 1
+                self.approximated.setdefault(layer_key, set()).add(config_to_json(cfg))
             out.append(bench.measure([cfg])[0])
         return out
 
@@ -257,6 +259,15 @@ class ReplayMeasurer:
 
     def cost_summary(self) -> str:
         return f"replayed, {self.nearest} of {self.asked} answered by the nearest measured config"
+
+    def approximated_in(self, layer_key: str, configs) -> int:
+        """How many of ``configs`` (one run's) were answered by the nearest measured config:
+        a comparison of tuners is only as faithful as these counts are small, and one
+        tuner's approximated answers say nothing of another's."""
+        from templates import config_to_json
+
+        got = self.approximated.get(layer_key, set())
+        return sum(config_to_json(c) in got for c in configs)
 
     def best(self, layer_key: str) -> float | None:
         vals = [r["latency_median"] for r in self.tables.get(layer_key, []) if r["status"] == "ok" and r["latency_median"]]
@@ -597,6 +608,11 @@ def main() -> int:
         for (t, seed), run in runs.items():
             final = f"{run.best * 1e6:.1f} us" if run.best is not None else "no valid point"
             log(f"{model}:{layer.name} {t} seed {seed}: {final} after {len(run.curve)} trials")
+        if args.replay:
+            approximated = {t: [cm.approximated_in(layer.workload_key, [r.config for r in runs[t, seed].tuner.state.results])
+                                for seed in range(args.seeds)] for t in tuners}
+            log(f"{model}:{layer.name} answers approximated per tuner ({args.seeds} seeds): "
+                + ", ".join(f"{t} {sum(v)} of {sum(len(runs[t, s].curve) for s in range(args.seeds))}" for t, v in approximated.items()))
         best_known = cm.best(layer.workload_key)
         row = {"layer": f"{model}:{layer.name}", "op_class": layer.op_class, "shapes": layer.inputs + layer.weights,
                "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors), "best_known_s": best_known, "tuners": {}}
@@ -611,6 +627,8 @@ def main() -> int:
                 capped = [h if h is not None else args.trials + 1 for h in hits]
                 entry[f"trials_to_{int(tol * 100)}pct"] = hits
                 entry[f"median_trials_to_{int(tol * 100)}pct"] = statistics.median(capped)
+            if args.replay:
+                entry["approximated"] = approximated[t]  # per seed: answers not in the file
             row["tuners"][t] = entry
         for guided, base in pairs_of(tuners):
             if guided in row["tuners"] and base in row["tuners"]:

@@ -104,6 +104,8 @@ def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
     assert [r.latency for r in got[:3]] == [3e-6, 1e-6, 2e-6]  # recorded: answered as measured
     assert got[3].ok and got[3].latency in (1e-6, 2e-6, 3e-6)  # not in the file: its nearest config's
     assert (replay.asked, replay.nearest, replay.measured) == (4, 1, 0)
+    # which answers were approximated, per run: only the config the file lacks
+    assert replay.approximated_in("mm", cfgs) == 1 and replay.approximated_in("mm", cfgs[:3]) == 0
 
 
 def test_runs_side_by_side_see_what_they_see_alone(tmp_path):
