@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from _emit import emit  # noqa: E402
-from bench_history_guided import CachedMeasurer, layers_of, log, priors_for  # noqa: E402
+from bench_history_guided import CachedMeasurer, layer_at, log, priors_for  # noqa: E402
 
 #: The prefixes of history's order reported (those up to --k).
 PREFIXES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -61,13 +61,9 @@ def main() -> int:
     history_target = dataclasses.replace(target, device_name=args.device_name) if args.device_name else target
     store = open_history(args.history_db)
 
-    def layer_of(spec: str):
-        model, idx = spec.split(":")
-        return layers_of(model, args.size)[int(idx)]
-
-    targets = [(spec, layer_of(spec)) for spec in args.targets.split(",")]
+    targets = [(spec, layer_at(spec, args.size)) for spec in args.targets.split(",")]
     exclude = {layer.workload_key for _, layer in targets}
-    exclude |= {layer_of(spec).workload_key for spec in filter(None, (args.exclude or "").split(","))}
+    exclude |= {layer_at(spec, args.size).workload_key for spec in filter(None, (args.exclude or "").split(","))}
     groups, rows = [], []
     for spec, layer in targets:
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)

@@ -90,6 +90,23 @@ def layers_of(model: str, size: int):
     return [l for l in decompose.decompose(mod) if l.tunable and l.op_class in ("conv2d", "depthwise_conv2d", "dense")]
 
 
+def layer_at(spec: str, size: int):
+    """The tunable layer ``MODEL:INDEX`` names (an index into :func:`layers_of`); a bad
+    spec ends the benchmark with one line, before anything is measured or written."""
+    model, sep, idx = spec.partition(":")
+    if not (model and sep and idx.isdigit()):
+        raise SystemExit(f"error: {spec!r} is not MODEL:INDEX (for example resnet18:0)")
+    from autotune.errors import AutotuneError
+
+    try:
+        layers = layers_of(model, size)
+    except AutotuneError as err:
+        raise SystemExit(f"error: {err}") from None
+    if int(idx) >= len(layers):
+        raise SystemExit(f"error: {model} has {len(layers)} tunable layers at size {size}, so no layer {idx}")
+    return layers[int(idx)]
+
+
 class CachedMeasurer:
     """Real measurements, each distinct (layer, config) measured once.
 
@@ -554,16 +571,11 @@ def main() -> int:
         cm = CachedMeasurer(target, args.repeat, args.measurements)
         if cm.loaded:
             log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
+    targets = [(spec.partition(":")[0], layer_at(spec, args.size)) for spec in args.targets.split(",")]
+    exclude = {layer.workload_key for _, layer in targets}
+    exclude |= {layer_at(spec, args.size).workload_key for spec in filter(None, (args.exclude or "").split(","))}
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
     store = open_history(db)
-    targets = []
-    for spec in args.targets.split(","):
-        model, idx = spec.split(":")
-        targets.append((model, layers_of(model, args.size)[int(idx)]))
-    exclude = {layer.workload_key for _, layer in targets}
-    for spec in filter(None, (args.exclude or "").split(",")):
-        model, idx = spec.split(":")
-        exclude.add(layers_of(model, args.size)[int(idx)].workload_key)
     # An earlier run's history is the same evidence: only what it lacks is measured.
     # A replay never adds to history: it only counts what the recorded run had.
     n_hist = build_history(store, target, cm, args.source.split(","), args.size, 0 if args.replay else args.history_trials,

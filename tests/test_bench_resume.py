@@ -21,7 +21,7 @@ from templates import config_to_json  # noqa: E402
 from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_history_guided import CachedMeasurer, ReplayMeasurer, Run, lockstep, pairs_of, parse_tuner  # noqa: E402
+from bench_history_guided import CachedMeasurer, ReplayMeasurer, Run, layer_at, lockstep, pairs_of, parse_tuner  # noqa: E402
 from search import make_tuner  # noqa: E402
 
 
@@ -144,3 +144,15 @@ def test_one_build_batch_measures_a_config_asked_twice_once():
     assert cm.measured == 3
     assert all(r.ok for r in first + second), [r.status for r in first + second]
     assert first[1].latency == second[0].latency
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("resnet18", "is not MODEL:INDEX"),
+    ("resnet18:first", "is not MODEL:INDEX"),
+    ("nosuchmodel:0", "no zoo model named 'nosuchmodel'"),
+])
+def test_a_bad_layer_spec_ends_the_benchmark_with_one_line(spec, says):
+    with pytest.raises(SystemExit) as err:
+        layer_at(spec, 56)
+    message = str(err.value)
+    assert message.startswith("error: ") and says in message and "\n" not in message
