@@ -760,7 +760,7 @@ def test_guided_tuners_weight_sources_by_how_they_rank_own_results(target, simil
     weights = []
     for seed in (0, 1, 2):
         tuner = make_tuner(name, target, seed=seed, priors=list(similar_priors) + other,
-                           layer_features=target.layer_features)
+                           layer_features=target.layer_features, rank_sources=True)
         bench = SynthBench(target)
         for _ in range(5):
             tuner.tell(bench.measure(tuner.ask(8)))
@@ -779,10 +779,9 @@ def test_guided_tuners_weight_sources_by_how_they_rank_own_results(target, simil
         assert off.source_weights == {} and off._n_prior_kept == len(similar_priors) + len(other)
 
 
-def test_gga_immigrants_come_from_the_credible_source(target, similar_priors):
-    other = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
-    tuner = make_tuner("gga", target, seed=0, priors=list(similar_priors) + other,
-                       layer_features=target.layer_features)
+def _gga_immigrants(target, priors, **opts) -> tuple[object, list[tuple[int, ...]]]:
+    """A guided GA run to its second generation, and the immigrants that generation took."""
+    tuner = make_tuner("gga", target, seed=0, priors=priors, layer_features=target.layer_features, **opts)
     bench = SynthBench(target)
     bred: list[list] = []
     immigrants_of = tuner._immigrants
@@ -795,12 +794,27 @@ def test_gga_immigrants_come_from_the_credible_source(target, similar_priors):
     tuner._immigrants = spy
     while tuner.generation < 1:
         tuner.tell(bench.measure(tuner.ask(8)))
+    assert set(bred[0]) <= set(map(tuple, tuner._gen))  # they joined the generation
+    assert len(bred[0]) == int(round(tuner.immigrant_frac * tuner.pop_size))
+    return tuner, bred[0]
+
+
+def test_gga_immigrants_come_by_turns_from_every_source_by_default(target, similar_priors):
+    """Run 10: weighting the immigrants by source credibility measured worse, so by
+    default they come from every kept source, not only the one that ranks best."""
+    other = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
+    tuner, immigrants = _gga_immigrants(target, list(similar_priors) + other)
+    assert tuner.source_weights == {}
+    sources = {k: {r.workload_key for i, r in enumerate(tuner.priors) if tuner._prior_mapped[i] == k} for k in immigrants}
+    assert set().union(*sources.values()) == {similar_priors[0].workload_key, "other_hw"}
+
+
+def test_gga_immigrants_come_from_the_credible_source_when_sources_are_ranked(target, similar_priors):
+    other = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
+    tuner, immigrants = _gga_immigrants(target, list(similar_priors) + other, rank_sources=True)
     assert tuner.source_weights["other_hw"] == 0.0
-    n = int(round(tuner.immigrant_frac * tuner.pop_size))
-    immigrants = bred[0]
-    assert set(immigrants) <= set(map(tuple, tuner._gen))
     honest_keys = {tuner._prior_mapped[i] for i, r in enumerate(tuner.priors) if r.workload_key != "other_hw"}
-    assert len(immigrants) == n and all(k in honest_keys for k in immigrants)
+    assert all(k in honest_keys for k in immigrants)
 
 
 def test_source_rankers_rank_only_the_most_similar_sources():
