@@ -17,6 +17,11 @@ estimated over bootstrap resamples of the layer's measurements. A source that ne
 ranks best gets weight 0 and leaves the prior model. Why resample rather than take
 the argmin: with eight points two sources' losses often differ by one pair, and the
 resamples turn such a near-tie into split weight rather than all or nothing.
+
+Transfer XGBoost weighs its sources this way by default. The guided GA does only when
+asked (``rank_sources=True``): for its immigrants it measured worse (run 10), because
+the source that ranks a layer's measured configs best need not hold the config that
+transfers.
 """
 
 from __future__ import annotations
