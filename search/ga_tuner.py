@@ -54,7 +54,7 @@ from deap import base, creator, tools
 from search.features import encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors
 from search.source_weights import SourceRankers
-from search.tuner import PriorRecord, TrialResult, Tuner
+from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups
 from search.warm_start import history_seed_order
 from templates.space import Config, KnobSpace
 
@@ -303,30 +303,13 @@ class GuidedGATuner(GATuner):
         self._seed = int(kwargs.get("seed", 0))
         self.encoder = encoder_for(space)
         self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
-        self._prior_perf = self._normalized_perf(self.priors)
-        workloads: dict[str, int] = {}
-        self._prior_group = np.array([workloads.setdefault(r.workload_key, len(workloads)) for r in self.priors])
-        self._prior_workloads = list(workloads)  # workload key of each group id
+        self._prior_group, self._prior_workloads, self._prior_perf = prior_groups(self.priors)
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
         self._rankers: SourceRankers | None = None  # built on first use: encoding 100k priors takes a second
         self.source_weights: dict[str, float] = {}
         # kept prior rows and their weights (similarity x credibility) at the last breeding
         self._believed: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0))
         self.elite_dist: list[np.ndarray] = [np.full(s, 1.0 / s) for s in self.sizes]
-
-    @staticmethod
-    def _normalized_perf(priors: Sequence[PriorRecord]) -> np.ndarray:
-        """best latency of the record's workload / its latency; failures 0."""
-        best: dict[str, float] = {}
-        for r in priors:
-            if r.status == "ok" and r.latency and r.latency > 0:
-                best[r.workload_key] = min(best.get(r.workload_key, math.inf), r.latency)
-        return np.array(
-            [
-                best[r.workload_key] / r.latency if (r.status == "ok" and r.latency and r.latency > 0) else 0.0
-                for r in priors
-            ]
-        )
 
     def _kept_priors(self, measured: Sequence[TrialResult]) -> tuple[np.ndarray, np.ndarray]:
         if not self.priors:

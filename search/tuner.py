@@ -50,6 +50,24 @@ class PriorRecord:
     status: str = OK
 
 
+def prior_groups(priors: Sequence[PriorRecord]) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(workload id of each record, workload key of each id, normalized performance of
+    each record). Transfer compares configs only within a workload, so performance is
+    the workload's best latency / the record's latency, in (0, 1]; 0 for a failure."""
+    ids: dict[str, int] = {}
+    group = np.array([ids.setdefault(r.workload_key, len(ids)) for r in priors], dtype=np.int64)
+    lat = np.array(
+        [r.latency if (r.status == OK and r.latency is not None and r.latency > 0) else np.nan for r in priors],
+        dtype=float,
+    )
+    best = np.full(len(ids), np.inf)
+    ok = np.isfinite(lat)
+    np.minimum.at(best, group[ok], lat[ok])
+    perf = np.zeros(len(priors))
+    perf[ok] = best[group[ok]] / lat[ok]
+    return group, list(ids), perf
+
+
 @dataclass
 class TunerState:
     """Bookkeeping every tuner needs: what was asked, what was measured, the best."""

@@ -36,7 +36,7 @@ from search.cost_model import CostModel
 from search.features import FeatureEncoder, encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
 from search.source_weights import SourceRankers
-from search.tuner import PriorRecord, Tuner
+from search.tuner import PriorRecord, Tuner, prior_groups
 from search.warm_start import history_seed_order
 from templates.space import Config, KnobSpace, config_to_json
 
@@ -123,21 +123,7 @@ class XGBTuner(Tuner):
             vals = [float(v) for v in r.layer_features][:n_layer]
             lf[i, : len(vals)] = vals
         self._prior_X = enc.encode_configs([r.config for r in recs], lf, mapped=self._prior_mapped)
-        wkeys: dict[str, int] = {}
-        self._prior_group = np.array([wkeys.setdefault(r.workload_key, len(wkeys)) for r in recs])
-        self._prior_workloads = list(wkeys)  # workload key of each group id
-        lat = np.array(
-            [r.latency if (r.latency is not None and r.status == "ok" and r.latency > 0) else np.nan for r in recs],
-            dtype=float,
-        )
-        best = np.full(len(wkeys), np.nan)
-        for g in range(len(wkeys)):
-            vals = lat[self._prior_group == g]
-            if np.isfinite(vals).any():
-                best[g] = np.nanmin(vals)
-        with np.errstate(invalid="ignore"):
-            y = best[self._prior_group] / lat
-        self._prior_y = np.where(np.isfinite(y), y, 0.0)
+        self._prior_group, self._prior_workloads, self._prior_y = prior_groups(recs)
 
     def _filtered_priors(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of usable priors, their similarity weights), re-judged on each fit."""

@@ -836,3 +836,13 @@ def test_source_rankers_rank_only_the_most_similar_sources():
     assert np.all(row[groups < 4] == 0.0)
     assert sum(by_workload.values()) == pytest.approx(1.0)
     assert np.allclose(row[groups >= 4], [by_workload[names[g]] for g in groups[groups >= 4]])
+
+
+def test_prior_groups_number_workloads_and_normalize_within_each():
+    from search.tuner import prior_groups
+
+    recs = [PriorRecord({}, 2.0, 0.9, (), "a"), PriorRecord({}, 4.0, 0.9, (), "b"), PriorRecord({}, 1.0, 0.9, (), "a"),
+            PriorRecord({}, None, 0.9, (), "b", "build_error"), PriorRecord({}, 8.0, 0.9, (), "b")]
+    group, names, perf = prior_groups(recs)
+    assert group.tolist() == [0, 1, 0, 1, 1] and names == ["a", "b"]
+    assert perf.tolist() == [0.5, 1.0, 1.0, 0.0, 0.5]
