@@ -305,7 +305,10 @@ class GuidedGATuner(GATuner):
         self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
         self._prior_group, self._prior_workloads, self._prior_perf = prior_groups(self.priors)
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
-        self._rankers: SourceRankers | None = None  # built on first use: encoding 100k priors takes a second
+        self._rankers = SourceRankers(
+            lambda: self.encoder.encode_configs([r.config for r in self.priors]),  # featurized on first use
+            self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed,
+        )
         self.source_weights: dict[str, float] = {}
         # kept prior rows and their weights (similarity x credibility) at the last breeding
         self._believed: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -328,27 +331,23 @@ class GuidedGATuner(GATuner):
 
     def _credibility(self, idx: np.ndarray, sims: np.ndarray) -> np.ndarray:
         """Per kept prior row (similarity ``sims``), its workload's chance of ranking this
-        layer's own results best (:mod:`search.source_weights`); all ones until there are
-        ``min_ranked`` successful results or while a single workload is kept."""
+        layer's own results best (:mod:`search.source_weights`); all ones unless
+        ``rank_sources``, and until there are ``min_ranked`` successful results."""
         self.source_weights = {}
-        groups = self._prior_group[idx]
-        uniq = np.unique(groups)
-        keys = list(self._fit)
-        fits = np.array([self._fit[k] for k in keys])
-        if not self.rank_sources or len(uniq) < 2 or int((fits > 0).sum()) < self.min_ranked:
+        if not self.rank_sources:
             return np.ones(len(idx))
-        if self._rankers is None:
-            X = self.encoder.encode_configs([r.config for r in self.priors])
-            self._rankers = SourceRankers(X, self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed)
-        X_own = self.encoder.encode_indices(np.array(keys))
-        row_p, by_workload = self._rankers.row_weights(groups, sims, X_own, fits, self._seed)
+        keys = list(self._fit)
+        row_p, by_workload = self._rankers.row_weights(
+            self._prior_group[idx], sims, lambda: self.encoder.encode_indices(np.array(keys)),
+            np.array([self._fit[k] for k in keys]), self._seed, min_results=self.min_ranked,
+        )
         self.source_weights = {k: round(v, 3) for k, v in by_workload.items()}
         return row_p
 
     def _immigrants(self, taken: set[Key]) -> list[Any]:
-        """History's next configs, by turns across source workloads weighted by how well
-        each ranks this layer's results so far: the first population could only hold the
-        top two or so of each source, before anything said which source to follow."""
+        """History's next unmeasured configs, by turns across the kept source workloads
+        (weighted as for this generation's dictionary): the first population could only
+        hold the top two or so of each source."""
         n = int(round(self.immigrant_frac * self.pop_size))
         idx, sims = self._believed  # as weighted for this generation's dictionary
         if n <= 0 or not len(idx):

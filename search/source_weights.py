@@ -26,7 +26,7 @@ transfers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -96,11 +96,27 @@ class SourceRankers:
     #: a few thousand pin down a 50-tree ranker, and ten 10k-record sources took 4 s.
     max_rows = 2048
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, names: Sequence[str], **model_args: int) -> None:
-        self.X, self.y, self.groups = X, y, np.asarray(groups)
+    def __init__(
+        self,
+        X: np.ndarray | Callable[[], np.ndarray],
+        y: np.ndarray,
+        groups: np.ndarray,
+        names: Sequence[str],
+        **model_args: int,
+    ) -> None:
+        # X may come as a function, called on first use: a tuner that never weighs its
+        # sources then never featurizes 100k priors for them.
+        self._X = X
+        self.y, self.groups = y, np.asarray(groups)
         self.names = list(names)
         self.model_args = model_args
         self._models: dict[int, CostModel] = {}
+
+    @property
+    def X(self) -> np.ndarray:
+        if callable(self._X):
+            self._X = self._X()
+        return self._X
 
     def scores(self, group: int, X_own: np.ndarray) -> np.ndarray:
         """Workload ``group``'s scores of ``X_own``, higher = better."""
@@ -132,14 +148,25 @@ class SourceRankers:
         return best_ranker_probability(scores, latency, rng)
 
     def row_weights(
-        self, groups: np.ndarray, similarity: np.ndarray, X_own: np.ndarray, perf: np.ndarray, seed: int
+        self,
+        groups: np.ndarray,
+        similarity: np.ndarray,
+        X_own: Callable[[], np.ndarray],
+        perf: np.ndarray,
+        seed: int,
+        min_results: int = 0,
     ) -> tuple[np.ndarray, dict[str, float]]:
         """Per prior row (workload ``groups[i]``, similarity ``similarity[i]``) its
         workload's :meth:`weights`, and those weights by workload key. Only the
         :data:`MAX_RANKED_SOURCES` workloads of highest similarity are ranked; rows of the
-        others get 0."""
+        others get 0. Until there are ``min_results`` successful results (fewer rank too
+        few pairs to tell sources apart), or while one workload is kept, every row keeps
+        weight 1 and nothing is reported. ``X_own`` featurizes the results when needed."""
         groups = np.asarray(groups)
         uniq = np.unique(groups)
+        if len(uniq) < 2 or int((np.asarray(perf) > 0).sum()) < min_results:
+            return np.ones(len(groups)), {}
+        X_own = X_own()
         if len(uniq) > MAX_RANKED_SOURCES:
             top = np.zeros(len(uniq))
             np.maximum.at(top, np.searchsorted(uniq, groups), np.asarray(similarity, dtype=float))

@@ -146,21 +146,16 @@ class XGBTuner(Tuner):
         """Weights times each source's chance of ranking the layer's own results best
         (:mod:`search.source_weights`); sources that never do are dropped.
 
-        Waits for ``min_train`` successful own results: fewer rank too few pairs to tell
-        sources apart.
+        Waits for ``min_train`` successful own results.
         """
         self.source_weights = {}
         if not (self.rank_sources and len(idx)):
             return idx, w
-        groups = self._prior_group[idx]
-        uniq = np.unique(groups)
-        if len(uniq) < 2:
-            return idx, w
         own_idx, own_y = self._own_rows()
-        if int((own_y > 0).sum()) < self.min_train:
-            return idx, w
-        X_own = self.encoder.encode_indices(own_idx, self.layer_features)
-        row_p, by_workload = self._rankers.row_weights(groups, w, X_own, own_y, self._seed)
+        row_p, by_workload = self._rankers.row_weights(
+            self._prior_group[idx], w, lambda: self.encoder.encode_indices(own_idx, self.layer_features),
+            own_y, self._seed, min_results=self.min_train,
+        )
         self.source_weights = {k: round(v, 3) for k, v in by_workload.items()}
         keep = row_p > 0
         return idx[keep], (w * row_p)[keep]

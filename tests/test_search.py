@@ -831,7 +831,7 @@ def test_source_rankers_rank_only_the_most_similar_sources():
     names = [f"w{g}" for g in range(n_src)]
     rankers = SourceRankers(X, y, groups, names, n_estimators=5, max_depth=2, seed=0)
     X_own, perf = rng.random((10, 3)), rng.random(10) + 0.5
-    row, by_workload = rankers.row_weights(groups, sims, X_own, perf, seed=0)
+    row, by_workload = rankers.row_weights(groups, sims, lambda: X_own, perf, seed=0)
     assert sorted(by_workload) == sorted(names[4:])
     assert np.all(row[groups < 4] == 0.0)
     assert sum(by_workload.values()) == pytest.approx(1.0)
