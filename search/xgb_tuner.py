@@ -19,7 +19,9 @@ Which source workloads the priors come from is re-judged as results arrive: the
 similarity filter first, then (``rank_sources``, default on) each kept source is weighted
 by its chance of ranking the layer's own results best, from a ranker fitted on that
 source alone (:mod:`search.source_weights`). Similarity picks the history that should
-transfer; this keeps the history that does.
+transfer; this keeps the history that does. With ``rank_own`` (off by default: it
+measured worse in run 12) the layer's own model competes with the sources, and history's
+margin counts only by the share the sources win.
 
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
 narrow region is confidently wrong elsewhere and only exploration can show it.
@@ -35,7 +37,7 @@ import numpy as np
 from search.cost_model import CostModel
 from search.features import FeatureEncoder, encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
-from search.source_weights import SourceRankers
+from search.source_weights import OWN, SourceRankers
 from search.tuner import PriorRecord, Tuner, prior_groups
 from search.warm_start import history_seed_order
 from templates.space import Config, KnobSpace, config_to_json
@@ -68,6 +70,7 @@ class XGBTuner(Tuner):
         prior_seed_frac: float = 0.5,
         transfer: str = "margin",
         rank_sources: bool = True,
+        rank_own: bool = False,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -81,6 +84,10 @@ class XGBTuner(Tuner):
             raise ValueError(f"transfer must be 'margin' or 'joint', not {transfer!r}")
         self.transfer = transfer
         self.rank_sources = rank_sources
+        self.rank_own = rank_own
+        # How far history's margin counts under margin transfer: 1 minus the share the
+        # layer's own model wins against the sources (rank_own), else 1.
+        self.prior_scale = 1.0
         self._seed = int(seed)
         self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features))
         self.model = CostModel(
@@ -146,17 +153,23 @@ class XGBTuner(Tuner):
         """Weights times each source's chance of ranking the layer's own results best
         (:mod:`search.source_weights`); sources that never do are dropped.
 
-        Waits for ``min_train`` successful own results.
+        Waits for ``min_train`` successful own results. With ``rank_own`` the layer's own
+        model competes with the sources (RGPE's target model): history's margin then
+        counts by the share the sources win (:attr:`prior_scale`), and once the layer's
+        own results rank themselves better than any source does, history leaves and the
+        tuner goes on as cold XGBoost would.
         """
         self.source_weights = {}
+        self.prior_scale = 1.0
         if not (self.rank_sources and len(idx)):
             return idx, w
         own_idx, own_y = self._own_rows()
         row_p, by_workload = self._rankers.row_weights(
             self._prior_group[idx], w, lambda: self.encoder.encode_indices(own_idx, self.layer_features),
-            own_y, self._seed, min_results=self.min_train,
+            own_y, self._seed, min_results=self.min_train, own=self.rank_own,
         )
         self.source_weights = {k: round(v, 3) for k, v in by_workload.items()}
+        self.prior_scale = 1.0 - by_workload.get(OWN, 0.0)
         keep = row_p > 0
         return idx[keep], (w * row_p)[keep]
 
@@ -261,7 +274,7 @@ class XGBTuner(Tuner):
         """History's score of rows ``X``; None while no prior is kept (margin transfer)."""
         if self.prior_model is None or self._prior_fit_key is None:
             return None
-        return self.prior_model.predict(X)
+        return self.prior_scale * self.prior_model.predict(X)
 
     @property
     def _has_scorer(self) -> bool:

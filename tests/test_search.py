@@ -749,6 +749,31 @@ def test_best_ranker_probability_follows_ranking_not_order_of_sources():
     fail_first[5] = 10.0
     assert misranked_pair_matrix(fail_first, latency)[0].sum() == int(np.isfinite(latency).sum())
     assert misranked_pair_matrix(right, latency)[0].sum() == 0
+    # a tie is half wrong: a ranker that scores everything alike never beats one that ranks
+    flat = np.zeros(len(latency))
+    pairs = int((latency[:, None] < latency[None, :]).sum())
+    assert misranked_pair_matrix(flat, latency)[0].sum() == 0.5 * pairs
+    assert best_ranker_probability(np.vstack([flat, noisy]), latency, np.random.default_rng(1))[1] > 0.9
+
+
+def test_cross_validated_scores_judge_points_the_model_did_not_see():
+    """Out-of-fold scores follow a real trend, and do not follow noise, which a model
+    scoring its own training points would fit."""
+    from search.source_weights import cross_validated_scores
+
+    rng = np.random.default_rng(0)
+    X = rng.random((48, 3))
+    args = dict(n_estimators=20, max_depth=3, seed=0)
+
+    def spearman(a, b):
+        return float(np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1])
+
+    trend = X[:, 0] + 0.05 * rng.random(48)
+    assert spearman(cross_validated_scores(X, trend, 0, **args), trend) > 0.7
+    noise = rng.random(48)
+    assert spearman(CostModel(**args).fit(X, noise).predict(X), noise) > 0.9
+    assert abs(spearman(cross_validated_scores(X, noise, 0, **args), noise)) < 0.4
+    assert not cross_validated_scores(X, np.ones(48), 0, **args).any()  # nothing to rank
 
 
 @pytest.mark.parametrize("name", ["tl_xgb", "gga"])
@@ -777,6 +802,38 @@ def test_guided_tuners_weight_sources_by_how_they_rank_own_results(target, simil
             off.tell(bench.measure(off.ask(8)))
         off.ask(8)
         assert off.source_weights == {} and off._n_prior_kept == len(similar_priors) + len(other)
+
+
+def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, similar_priors):
+    """rank_own (RGPE's target model): history measured on other hardware ranks this
+    layer worse than the layer's own results do, so the own model wins most of the
+    weight, history's margin shrinks by that share, and where it wins everything the
+    history leaves the model entirely."""
+    misleading = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
+    own_share = []
+    for seed in range(3):
+        tuner = make_tuner("tl_xgb", target, seed=seed, priors=misleading,
+                           layer_features=target.layer_features, rank_own=True)
+        bench = SynthBench(target)
+        for _ in range(8):
+            tuner.tell(bench.measure(tuner.ask(8)))
+        tuner.ask(8)
+        assert set(tuner.source_weights) == {"other_hw", "(this layer)"}
+        share = tuner.source_weights["(this layer)"]
+        assert tuner.prior_scale == pytest.approx(1.0 - share, abs=1e-3)
+        assert (tuner._n_prior_kept == 0) == (tuner.source_weights["other_hw"] == 0.0)
+        if tuner._n_prior_kept:  # history's margin counts by the share the sources won
+            X = tuner.encoder.encode_indices(np.array([tuner.encoder.map_indices(r.config) for r in tuner.state.results]),
+                                             tuner.layer_features)
+            assert np.allclose(tuner._prior_margin(X), tuner.prior_scale * tuner.prior_model.predict(X))
+        own_share.append(share)
+    assert np.median(own_share) > 0.5
+    honest = make_tuner("tl_xgb", target, seed=0, priors=list(similar_priors),
+                        layer_features=target.layer_features, rank_own=True)
+    bench = SynthBench(target)
+    honest.tell(bench.measure(honest.ask(8)))
+    honest.ask(8)  # one source is enough to compete with
+    assert set(honest.source_weights) == {similar_priors[0].workload_key, "(this layer)"}
 
 
 def _gga_immigrants(target, priors, **opts) -> tuple[object, list[tuple[int, ...]]]:
