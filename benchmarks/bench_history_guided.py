@@ -484,7 +484,26 @@ def markdown_table(result: dict) -> str:
                 cells.append(f"{fmt(m['base_trials'])} / {fmt(m['guided_trials'])} ({m['ratio']:.1f}x)")
             lines.append(f"| {row['layer']} | " + " | ".join(cells) + " |")
         lines.append("| median ratio | " + " | ".join(f"{statistics.median(ratios[g]):.1f}x" for g, _ in pairs) + " |")
-    return "\n".join(lines)
+    note = approximation_note(result)
+    return "\n".join(lines + ([""] + [note] if note else []))
+
+
+def approximation_note(result: dict) -> str:
+    """One line naming every tuner whose replayed answers were partly approximated, with
+    the share: its figures above are estimates, not measurements. Empty when every answer
+    came from the file (or the run measured)."""
+    asked: dict[str, int] = {}
+    approx: dict[str, int] = {}
+    for row in result["layers"]:
+        for t, e in row["tuners"].items():
+            if "approximated" in e:
+                approx[t] = approx.get(t, 0) + sum(e["approximated"])
+                asked[t] = asked.get(t, 0) + sum(len(c) for c in e["curves"])
+    shown = [f"{t} {approx[t]:,} of {asked[t]:,} ({approx[t] / max(asked[t], 1):.0%})" for t in approx if approx[t]]
+    if not shown:
+        return ""
+    return ("Replayed, and not every answer was in the file: answers approximated by the nearest measured "
+            "config, " + ", ".join(shown) + ". Those tuners' figures are estimates; measure them before trusting them.")
 
 
 def plot_results(result: dict, out_dir: str) -> list[str]:

@@ -21,7 +21,16 @@ from templates import config_to_json  # noqa: E402
 from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_history_guided import CachedMeasurer, ReplayMeasurer, Run, layer_at, lockstep, pairs_of, parse_tuner  # noqa: E402
+from bench_history_guided import (  # noqa: E402
+    CachedMeasurer,
+    ReplayMeasurer,
+    Run,
+    layer_at,
+    lockstep,
+    markdown_table,
+    pairs_of,
+    parse_tuner,
+)
 from search import make_tuner  # noqa: E402
 
 
@@ -106,6 +115,20 @@ def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
     assert (replay.asked, replay.nearest, replay.measured) == (4, 1, 0)
     # which answers were approximated, per run: only the config the file lacks
     assert replay.approximated_in("mm", cfgs) == 1 and replay.approximated_in("mm", cfgs[:3]) == 0
+
+
+def test_a_replayed_table_names_the_tuners_whose_answers_were_approximated():
+    """A replay answers a config the file lacks with a neighbour's latency: the table
+    must say so, per tuner, and say nothing when every answer was in the file."""
+    curve = [4e-6, 3e-6, 3e-6, 2e-6]
+    entry = {"median_trials_to_5pct": 4, "median_trials_to_25pct": 4, "median_final_latency_s": 2e-6,
+             "curves": [curve, curve]}
+    result = {"trials": 4, "layers": [{"layer": "m:conv", "match_score": 0.9, "tuners": {
+        "xgb": {**entry, "approximated": [0, 0]}, "tl_xgb": {**entry, "approximated": [2, 1]}}}]}
+    table = markdown_table(result)
+    assert "tl_xgb 3 of 8 (38%)" in table and "xgb 0" not in table
+    result["layers"][0]["tuners"]["tl_xgb"]["approximated"] = [0, 0]
+    assert "approximated" not in markdown_table(result)
 
 
 def test_runs_side_by_side_see_what_they_see_alone(tmp_path):

@@ -4,6 +4,10 @@
 # time limit and log; the archive is rewritten after every step, so a run cut short
 # still returns what it finished.
 #
+# Stage the kit with this machine's XGBoost, so that the GPU's measurement files replay
+# here model for model (the kit otherwise takes the newest, and 3.4.1 against 3.2.0 made
+# the XGBoost tuners' replays diverge):
+#   DEVKIT_EXTRA="xgboost-cpu==$(python -c 'import xgboost; print(xgboost.__version__)')" bash ../shared/device-kit/prepare.sh
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
