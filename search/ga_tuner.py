@@ -294,17 +294,10 @@ class GuidedGATuner(GATuner):
         rank_sources: bool = False,
         min_ranked: int = 8,
         immigrant_frac: float = 0.125,
-        stall_generations: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
         self.rank_sources = rank_sources
-        self.stall_generations = stall_generations
-        # Steering off (the plain GA's operators) while the best has not improved for
-        # ``stall_generations`` generations; 0 = always steer.
-        self.stalled = False
-        self._best_fit = 0.0
-        self._best_generation = 0
         self.immigrant_frac = immigrant_frac
         self.min_ranked = min_ranked
         self._seed = int(kwargs.get("seed", 0))
@@ -418,10 +411,6 @@ class GuidedGATuner(GATuner):
         return [keys[i] for i in order], w / w.sum()
 
     def _before_breeding(self, pool: list[Any]) -> None:
-        best = max(self._fit.values(), default=0.0)
-        if best > self._best_fit:
-            self._best_fit, self._best_generation = best, self.generation
-        self.stalled = bool(self.stall_generations) and self.generation - self._best_generation >= self.stall_generations
         smoothing = 0.05
         counts = [np.full(s, smoothing / s) for s in self.sizes]
         fits = np.array([ind.fitness.values[0] for ind in pool])
@@ -467,7 +456,7 @@ class GuidedGATuner(GATuner):
     def _guided_mutate(self, ind: Any) -> tuple[Any]:
         for g, size in enumerate(self.sizes):
             if size > 1 and self.rng.random() < self.mut_indpb:
-                if not self.stalled and self.rng.random() < self.p_elite:
+                if self.rng.random() < self.p_elite:
                     ind[g] = int(self.rng.choice(size, p=self.elite_dist[g]))
                 else:
                     ind[g] = int(self.rng.integers(size))
@@ -479,7 +468,7 @@ class GuidedGATuner(GATuner):
                 continue
             ga, gb = a[g], b[g]
             pa, pb = self.elite_dist[g][ga], self.elite_dist[g][gb]
-            odds = pa / (pa + pb) if pa + pb > 0 and not self.stalled else 0.5
+            odds = pa / (pa + pb) if pa + pb > 0 else 0.5
             a[g] = ga if self.rng.random() < odds else gb
             b[g] = ga if self.rng.random() < odds else gb
         return a, b

@@ -67,8 +67,8 @@ MAX_RANKED_SOURCES = 16
 #: when it competes with the sources (no workload key looks like this).
 OWN = "(this layer)"
 
-#: Folds of the own model's cross-validation: few, because each costs a model fit on
-#: every retraining, and a fold of a few dozen results already ranks in-sample-free.
+#: Folds of the own model's cross-validation: few, because each fold costs a model fit
+#: on every retraining.
 OWN_FOLDS = 4
 
 
@@ -125,8 +125,9 @@ def cross_validated_scores(
     seen, comparable with a source ranker's scores, which never saw them either.
 
     ``fold_seed`` and n seed the split; ``model_args`` go to
-    :class:`search.cost_model.CostModel`. A fold whose training part has fewer than two distinct labels scores its points 0
-    (ties, which :func:`misranked_pair_matrix` counts as half wrong).
+    :class:`search.cost_model.CostModel`. A fold whose training part has fewer than two
+    distinct labels scores its points 0 (ties, which :func:`misranked_pair_matrix`
+    counts as half wrong).
     """
     from search.cost_model import CostModel
 

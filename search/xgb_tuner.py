@@ -19,9 +19,9 @@ Which source workloads the priors come from is re-judged as results arrive: the
 similarity filter first, then (``rank_sources``, default on) each kept source is weighted
 by its chance of ranking the layer's own results best, from a ranker fitted on that
 source alone (:mod:`search.source_weights`). Similarity picks the history that should
-transfer; this keeps the history that does. With ``rank_own`` (off by default: it
-measured worse in run 12) the layer's own model competes with the sources, and history's
-margin counts only by the share the sources win.
+transfer; this keeps the history that does. With ``rank_own`` as well (off by default:
+it measured worse in run 12) the layer's own model competes with the sources, and
+history's margin counts only by the share the sources win.
 
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
 narrow region is confidently wrong elsewhere and only exploration can show it.
