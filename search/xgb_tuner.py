@@ -84,6 +84,8 @@ class XGBTuner(Tuner):
             raise ValueError(f"transfer must be 'margin' or 'joint', not {transfer!r}")
         self.transfer = transfer
         self.rank_sources = rank_sources
+        if rank_own and not rank_sources:
+            raise ValueError("rank_own competes with the source rankers: it needs rank_sources")
         self.rank_own = rank_own
         # How far history's margin counts under margin transfer: 1 minus the share the
         # layer's own model wins against the sources (rank_own), else 1.

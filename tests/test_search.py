@@ -834,6 +834,8 @@ def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, s
     honest.tell(bench.measure(honest.ask(8)))
     honest.ask(8)  # one source is enough to compete with
     assert set(honest.source_weights) == {similar_priors[0].workload_key, "(this layer)"}
+    with pytest.raises(ValueError, match="needs rank_sources"):
+        make_tuner("tl_xgb", target, priors=list(similar_priors), rank_own=True, rank_sources=False)
 
 
 def _gga_immigrants(target, priors, **opts) -> tuple[object, list[tuple[int, ...]]]:
