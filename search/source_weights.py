@@ -25,6 +25,8 @@ them right. Ties are rare (at most 4% of pairs on conv2d7), but the bootstrap de
 between near-equal losses, so which source wins moves. Measured (run 12 against run 8),
 the finals moved within seed noise on five layers; on conv2d7 the median went from 386.4
 to 324.7 us, one seed of five going from 386.4 to 293.1 and another from 276.6 to 324.7.
+Ten seeds (run 16) put it at 389.9 us against cold XGBoost's 379.0: no measurable gain.
+The estimator, not that figure, is the reason for the change.
 
 The layer's own model can compete too (``own=True``, RGPE's target model, scored on
 cross-validation folds so that it never judges a point it trained on). Transfer XGBoost
