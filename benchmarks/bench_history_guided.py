@@ -409,11 +409,16 @@ def priors_for(store, layer, target, exclude: set[str]):
 
 
 def make_run_tuner(spec: str, space, layer, seed: int, priors):
-    """The tuner a ``--tuners`` entry names, with its options, for one seed."""
+    """The tuner a ``--tuners`` entry names, with its options, for one seed. An unknown
+    tuner or option, or options that do not go together, end the benchmark with one line
+    (history and the measurement file keep what was measured)."""
     from search import make_tuner
 
     name, opts = parse_tuner(spec)
-    return make_tuner(name, space, seed=seed, priors=priors, layer_features=layer.features(), **opts)
+    try:
+        return make_tuner(name, space, seed=seed, priors=priors, layer_features=layer.features(), **opts)
+    except (KeyError, TypeError, ValueError) as err:
+        raise SystemExit(f"error: --tuners {spec}: {err}") from None
 
 
 def trials_to_within(curve, best_known, tol=0.05):
@@ -488,22 +493,29 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines + ([""] + [note] if note else []))
 
 
-def approximation_note(result: dict) -> str:
-    """One line naming every tuner whose replayed answers were partly approximated, with
-    the share: its figures above are estimates, not measurements. Empty when every answer
-    came from the file (or the run measured)."""
+def approximated_counts(rows: list[dict], *, with_zero: bool = False) -> str:
+    """Per tuner over result ``rows``, answers approximated by the nearest measured config
+    of all its answers ("tl_xgb 12 of 500 (2%)"); tuners with none only ``with_zero``."""
     asked: dict[str, int] = {}
     approx: dict[str, int] = {}
-    for row in result["layers"]:
+    for row in rows:
         for t, e in row["tuners"].items():
             if "approximated" in e:
                 approx[t] = approx.get(t, 0) + sum(e["approximated"])
                 asked[t] = asked.get(t, 0) + sum(len(c) for c in e["curves"])
-    shown = [f"{t} {approx[t]:,} of {asked[t]:,} ({approx[t] / max(asked[t], 1):.0%})" for t in approx if approx[t]]
+    return ", ".join(f"{t} {approx[t]:,} of {asked[t]:,} ({approx[t] / max(asked[t], 1):.0%})"
+                     for t in approx if approx[t] or with_zero)
+
+
+def approximation_note(result: dict) -> str:
+    """One line naming every tuner whose replayed answers were partly approximated, with
+    the share: its figures above are estimates, not measurements. Empty when every answer
+    came from the file (or the run measured)."""
+    shown = approximated_counts(result["layers"])
     if not shown:
         return ""
     return ("Replayed, and not every answer was in the file: answers approximated by the nearest measured "
-            "config, " + ", ".join(shown) + ". Those tuners' figures are estimates; measure them before trusting them.")
+            "config, " + shown + ". Those tuners' figures are estimates; measure them before trusting them.")
 
 
 def plot_results(result: dict, out_dir: str) -> list[str]:
@@ -642,8 +654,6 @@ def main() -> int:
         if args.replay:
             approximated = {t: [cm.approximated_in(layer.workload_key, [r.config for r in runs[t, seed].tuner.state.results])
                                 for seed in range(args.seeds)] for t in tuners}
-            log(f"{model}:{layer.name} answers approximated per tuner ({args.seeds} seeds): "
-                + ", ".join(f"{t} {sum(v)} of {sum(len(runs[t, s].curve) for s in range(args.seeds))}" for t, v in approximated.items()))
         best_known = cm.best(layer.workload_key)
         row = {"layer": f"{model}:{layer.name}", "op_class": layer.op_class, "shapes": layer.inputs + layer.weights,
                "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors), "best_known_s": best_known, "tuners": {}}
@@ -661,6 +671,9 @@ def main() -> int:
             if args.replay:
                 entry["approximated"] = approximated[t]  # per seed: answers not in the file
             row["tuners"][t] = entry
+        if args.replay:
+            log(f"{model}:{layer.name} answers approximated per tuner ({args.seeds} seeds): "
+                + approximated_counts([row], with_zero=True))
         for guided, base in pairs_of(tuners):
             if guided in row["tuners"] and base in row["tuners"]:
                 for tol in TOLERANCES:

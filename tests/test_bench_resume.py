@@ -27,6 +27,7 @@ from bench_history_guided import (  # noqa: E402
     Run,
     layer_at,
     lockstep,
+    make_run_tuner,
     markdown_table,
     pairs_of,
     parse_tuner,
@@ -96,6 +97,24 @@ def test_tuner_specs_carry_options_and_pair_with_their_baseline():
     tuners = ["xgb", "tl_xgb", "tl_xgb:transfer=joint", "ga", "ga:pop_size=16", "gga:pop_size=16"]
     assert pairs_of(tuners) == [("tl_xgb", "xgb"), ("tl_xgb:transfer=joint", "xgb"), ("gga:pop_size=16", "ga:pop_size=16")]
     assert pairs_of(["tl_xgb", "ga"]) == []  # no baseline ran: nothing to compare
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("annealer", "unknown tuner"),
+    ("tl_xgb:no_such_option=1", "no_such_option"),
+    ("tl_xgb:rank_own=1;rank_sources=0", "needs rank_sources"),
+])
+def test_a_bad_tuner_spec_ends_the_benchmark_with_one_line(spec, says):
+    _, space, _ = _space_and_configs(0, seed=0)
+
+    class Layer:  # what make_run_tuner reads of a layer
+        @staticmethod
+        def features():
+            return [5.0, 5.0, 5.0]
+
+    with pytest.raises(SystemExit, match=says) as exit_:
+        make_run_tuner(spec, space, Layer(), 0, [])
+    assert str(exit_.value).startswith(f"error: --tuners {spec}:") and "\n" not in str(exit_.value)
 
 
 def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
