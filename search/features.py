@@ -8,12 +8,6 @@ work per thread, footprints). So each config is described by
 * per knob: its candidate index normalized to [0, 1] (all knobs), the log2 of every
   factor (tile knobs), and a sign-preserving log2 of the value (numeric categorical and
   ordinal knobs: unroll steps, vector widths);
-* with ``tile_fractions`` (off: runs 17 and 18 measured it worse), per tile knob each
-  factor's share of the loop, log2(factor / extent). Within one layer these only shift
-  the log columns; across layers they say "the whole loop in this part" whatever the
-  extent. History alone then ranks an unseen layer's measured configs better on average
-  (Spearman 0.61 against 0.57 over six layers, ``benchmarks/bench_transfer_rank.py``),
-  yet transfer XGBoost tuned worse with them (median 3.1x against 11.9x);
 * derived quantities (always present, zero when the space has no such structure):
   log2 threads per block, log2 virtual threads, log2 blocks, log2 total parallelism,
   log2 work per thread, log2 register footprint, log2 shared-memory/cache footprint,
@@ -127,7 +121,7 @@ def _space_style(space: KnobSpace) -> str:
 class _KnobCodec:
     """Feature columns and derived contributions of one knob, memoized per value."""
 
-    def __init__(self, knob: Knob, style: str, fractions: bool = False) -> None:
+    def __init__(self, knob: Knob, style: str) -> None:
         self.knob = knob
         self.n = len(knob.candidates)
         self.cand_keys = {_key(c): i for i, c in enumerate(knob.candidates)}
@@ -152,9 +146,7 @@ class _KnobCodec:
                 np.array([_symlog2(c) for c in knob.candidates]) if self.numeric else None
             )
         self.style = style
-        self.fractions = fractions and self.n_parts > 0
-        per_part = 2 if self.fractions else 1
-        self.width = 1 + (per_part * self.n_parts if knob.kind == "tile" else (1 if self.numeric else 0))
+        self.width = 1 + (self.n_parts if knob.kind == "tile" else (1 if self.numeric else 0))
         self._memo: dict[Any, tuple[np.ndarray, np.ndarray, int]] = {}
         # Tables over this knob's own candidates: the fast path for index matrices.
         rows = [self._compute(c, i) for i, c in enumerate(knob.candidates)]
@@ -192,9 +184,7 @@ class _KnobCodec:
             if parts is None or len(parts) != self.n_parts:
                 return feats, contrib
             logs = [math.log2(p) for p in parts]
-            feats[1 : 1 + self.n_parts] = logs
-            if self.fractions:
-                feats[1 + self.n_parts :] = np.array(logs) - sum(logs)
+            feats[1:] = logs
             if self.role == "spatial" and self.style == "cuda":
                 contrib[_C_BLOCKS] = logs[0]
                 contrib[_C_VTHREADS] = logs[1]
@@ -240,19 +230,16 @@ class FeatureEncoder:
     scoring thousands of annealing points a handful of numpy gathers.
     """
 
-    def __init__(self, space: KnobSpace, n_layer_features: int = 0, tile_fractions: bool = False) -> None:
+    def __init__(self, space: KnobSpace, n_layer_features: int = 0) -> None:
         self.space = space
         self.style = _space_style(space)
-        self.tile_fractions = tile_fractions
-        self.codecs = [_KnobCodec(k, self.style, tile_fractions) for k in space.knobs]
+        self.codecs = [_KnobCodec(k, self.style) for k in space.knobs]
         self.n_layer_features = int(n_layer_features)
         names: list[str] = []
         for c in self.codecs:
             names.append(f"{c.knob.name}#idx")
             if c.knob.kind == "tile":
                 names += [f"{c.knob.name}#log{p}" for p in range(c.n_parts)]
-                if c.fractions:
-                    names += [f"{c.knob.name}#frac{p}" for p in range(c.n_parts)]
             elif c.numeric:
                 names.append(f"{c.knob.name}#log")
         names += list(DERIVED_NAMES)
@@ -394,18 +381,21 @@ class FeatureEncoder:
         return float(contrib[_C_THREADS] if self.style == "cuda" else contrib[_C_BLOCKS])
 
 
-_ENCODERS: "weakref.WeakKeyDictionary[KnobSpace, dict[bool, FeatureEncoder]]" = weakref.WeakKeyDictionary()
+_ENCODERS: "weakref.WeakKeyDictionary[KnobSpace, FeatureEncoder]" = weakref.WeakKeyDictionary()
 
 
-def encoder_for(space: KnobSpace, n_layer_features: int = 0, tile_fractions: bool = False) -> FeatureEncoder:
+def encoder_for(space: KnobSpace, n_layer_features: int = 0) -> FeatureEncoder:
     """The (cached) encoder of ``space`` with ``n_layer_features`` layer columns."""
     try:
-        cached = _ENCODERS.setdefault(space, {})
+        base = _ENCODERS.get(space)
     except TypeError:  # unhashable space: no cache
-        cached = {}
-    base = cached.get(tile_fractions)
+        base = None
     if base is None:
-        base = cached[tile_fractions] = FeatureEncoder(space, 0, tile_fractions)
+        base = FeatureEncoder(space, 0)
+        try:
+            _ENCODERS[space] = base
+        except TypeError:
+            pass
     return base if n_layer_features == 0 else base.with_layer_features(n_layer_features)
 
 

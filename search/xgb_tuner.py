@@ -25,11 +25,6 @@ history's margin counts only by the share the sources win.
 
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
 narrow region is confidently wrong elsewhere and only exploration can show it.
-
-Two options here were measured and not kept (runs 17 and 18, removed in the next
-commit): ``cold_share``, the share of each model batch annealed on a model of the
-layer's own results alone (a way off history's plateau), and ``tile_fractions`` (see
-:mod:`search.features`).
 """
 
 from __future__ import annotations
@@ -76,8 +71,6 @@ class XGBTuner(Tuner):
         transfer: str = "margin",
         rank_sources: bool = True,
         rank_own: bool = False,
-        cold_share: float = 0.0,
-        tile_fractions: bool = False,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -94,14 +87,11 @@ class XGBTuner(Tuner):
         if rank_own and not rank_sources:
             raise ValueError("rank_own competes with the source rankers: it needs rank_sources")
         self.rank_own = rank_own
-        if not 0.0 <= cold_share <= 1.0:
-            raise ValueError(f"cold_share must be in [0, 1], not {cold_share}")
-        self.cold_share = cold_share
         # How far history's margin counts under margin transfer: 1 minus the share the
         # layer's own model wins against the sources (rank_own), else 1.
         self.prior_scale = 1.0
         self._seed = int(seed)
-        self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features), bool(tile_fractions))
+        self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features))
         self.model = CostModel(
             n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
         )
@@ -110,9 +100,6 @@ class XGBTuner(Tuner):
         self.prior_model: CostModel | None = None
         self._prior_fit_key: bytes | None = None
         self._own_fitted = False
-        # cold_share: a model of the layer's own results alone, annealed for that share
-        # of each model batch once min_train results are in.
-        self.cold_model: CostModel | None = None
         self._sizes = np.array([len(k) for k in space.knobs], dtype=np.int64)
         # Only spaces that override the static check pay for it during annealing.
         self._checks_plausible = type(space).is_plausible is not KnobSpace.is_plausible
@@ -130,10 +117,6 @@ class XGBTuner(Tuner):
             )
             if self.transfer == "margin":
                 self.prior_model = CostModel(
-                    n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
-                )
-            if cold_share > 0:
-                self.cold_model = CostModel(
                     n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
                 )
 
@@ -244,8 +227,6 @@ class XGBTuner(Tuner):
         p_idx, p_w = self._subsample(p_idx, p_w)
         self._n_prior_kept = len(p_idx)
         self._prior_seeds = self._seeds_from(p_idx, p_w)
-        if self.cold_model is not None and len(own_idx) >= self.min_train and len(np.unique(own_y)) >= 2:
-            self.cold_model.fit(self.encoder.encode_indices(own_idx, self.layer_features), own_y)
         if self.prior_model is not None:
             return self._fit_margin(own_idx, own_y, p_idx, p_w)
         parts_X, parts_y, parts_w, parts_g = [], [], [], []
@@ -323,21 +304,6 @@ class XGBTuner(Tuner):
         ranked = self._seeds_from(p_idx, p_w, limit=n)
         return [self.space.from_indices(idx) for idx in ranked]
 
-    def score_configs(self, configs: Sequence[Config]) -> np.ndarray:
-        """The model's scores of ``configs`` (higher = better; only the order means
-        anything), fitted first on what the tuner knows now; NaN for a config that does not
-        map onto the space. Lets a benchmark ask how well history alone ranks a layer
-        before any of its results are in."""
-        if len(self.state.results) != self._fitted_on:
-            self._fit()
-            self._fitted_on = len(self.state.results)
-        out = np.full(len(configs), np.nan)
-        rows = [self.encoder.map_indices(c) for c in configs]
-        ok = [i for i, r in enumerate(rows) if r is not None]
-        if ok and self._has_scorer:
-            out[ok] = self._score(np.array([rows[i] for i in ok], dtype=np.int64))
-        return out
-
     # --- search ---------------------------------------------------------------------------
     def _score(self, idx: np.ndarray) -> np.ndarray:
         X = self.encoder.encode_indices(idx, self.layer_features)
@@ -364,13 +330,8 @@ class XGBTuner(Tuner):
             out[i] = ok
         return out
 
-    def _cold_score(self, idx: np.ndarray) -> np.ndarray:
-        assert self.cold_model is not None
-        return self.cold_model.predict(self.encoder.encode_indices(idx, self.layer_features))
-
-    def _anneal(self, score=None, prior_seeds: bool = True) -> list[tuple[tuple[int, ...], float]]:
+    def _anneal(self) -> list[tuple[tuple[int, ...], float]]:
         """Simulated annealing on model scores; every visited point with its score."""
-        score = self._score if score is None else score
         P = self.sa_points
         starts: list[tuple[int, ...]] = []
         ok = sorted((r for r in self.state.results if r.ok), key=lambda r: r.latency)
@@ -378,12 +339,11 @@ class XGBTuner(Tuner):
             idx = self.encoder.map_indices(r.config)
             if idx is not None:
                 starts.append(idx)
-        if prior_seeds:
-            starts += self._prior_seeds[: P // 4]
+        starts += self._prior_seeds[: P // 4]
         cur = np.vstack(
             [np.array(starts, dtype=np.int64).reshape(-1, len(self._sizes)), self._random_indices(P - len(starts))]
         )
-        cur_s = score(cur)
+        cur_s = self._score(cur)
         cur_rows = list(map(tuple, cur.tolist()))
         # Implausible starts (random draws) score -inf so the first valid move replaces them.
         cur_s[~self._plausible_mask(cur_rows)] = -np.inf
@@ -401,7 +361,7 @@ class XGBTuner(Tuner):
             new = cur.copy()
             knob = self._mutable[self.rng.integers(len(self._mutable), size=P)]
             new[ar, knob] = self.rng.integers(self._sizes[knob])
-            s = score(new)
+            s = self._score(new)
             rows = list(map(tuple, new.tolist()))
             valid = self._plausible_mask(rows)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -460,12 +420,6 @@ class XGBTuner(Tuner):
             quota = int(math.ceil(self.prior_seed_frac * n_model))
             for idx in self._prior_seeds:
                 if len(out) >= quota:
-                    break
-                take(idx)
-        if self.cold_model is not None and self.cold_model.fitted and n_results >= self.min_train:
-            n_cold = int(math.floor(self.cold_share * n_model + self.rng.random()))
-            for idx, _ in self._anneal(self._cold_score, prior_seeds=False):
-                if len(out) >= n_cold:
                     break
                 take(idx)
         for idx, _ in self._anneal():

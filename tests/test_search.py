@@ -329,56 +329,6 @@ def test_features_cpu_style_space():
     assert np.isnan(config_features(space, dict(cfg, **{"root.compute_at": "nowhere"}))[col["root.compute_at#idx"]])
 
 
-def test_tile_fractions_are_each_part_share_of_its_loop():
-    space = CpuSpace(32)
-    enc = encoder_for(space, tile_fractions=True)
-    col = {n: i for i, n in enumerate(enc.feature_names)}
-    # a 64-extent sibling's config: shares of *its* loop, so [1, 1, 64, 1] reads as the
-    # whole loop in part 2, exactly like [1, 1, 32, 1] here
-    for tile, extent in (([2, 2, 4, 2], 32), ([1, 1, 64, 1], 64)):
-        row = enc.encode_configs([{"matmul.i.tile": tile, "matmul.k.tile": [8, 4], "root.vectorize": 8,
-                                   "root.compute_at": "root"}])[0]
-        for p, f in enumerate(tile):
-            assert row[col[f"matmul.i.tile#frac{p}"]] == pytest.approx(np.log2(f / extent))
-            assert row[col[f"matmul.i.tile#log{p}"]] == pytest.approx(np.log2(f))
-    plain = encoder_for(space)
-    assert not any("#frac" in n for n in plain.feature_names)
-    assert enc.n_features - plain.n_features == 4 + 2  # one column per tile part
-
-
-@pytest.mark.parametrize("fractions", [True, False])
-def test_tile_fractions_carry_a_whole_loop_rule_across_extents(fractions):
-    """History from 16- and 64-extent layers where the best configs keep the whole loop
-    in one part: only with fractions does a model of that history rank the same structure
-    first on a 32-extent layer (absolute factors put the optimum at 16 or 64, neither of
-    which this layer has)."""
-    target_space = CpuSpace(32)
-    enc = encoder_for(target_space, tile_fractions=fractions)
-
-    def quality(cfg, n):  # whole loop in part 2, then a small preference for vector width
-        return (2.0 if cfg["matmul.i.tile"][2] == n else 1.0) + 0.01 * cfg["root.vectorize"]
-
-    rows, y = [], []
-    for n in (16, 64):
-        source = CpuSpace(n)
-        for ix in np.ndindex(*[len(k) for k in source.knobs]):
-            rows.append(source.from_indices(list(ix)))
-            y.append(quality(rows[-1], n))
-    y = np.array(y)
-    model = CostModel(n_estimators=30, seed=0)
-    model.fit(enc.encode_configs(rows), y)
-    cands = [target_space.from_indices(list(ix)) for ix in np.ndindex(*[len(k) for k in target_space.knobs])]
-    scores = model.predict(enc.encode_configs(cands))
-    whole = np.array([c["matmul.i.tile"][2] == 32 for c in cands])
-    # mean score of the whole-loop configs against the rest
-    lift = scores[whole].mean() - scores[~whole].mean()
-    if fractions:
-        assert cands[int(np.argmax(scores))]["matmul.i.tile"][2] == 32
-        assert lift > 0.5 * (scores.max() - scores.min())
-    else:
-        assert lift < 0.5 * (scores.max() - scores.min())
-
-
 # --------------------------------------------------------------------------------------
 # cost model
 # --------------------------------------------------------------------------------------
