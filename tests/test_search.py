@@ -809,6 +809,8 @@ def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, s
     layer worse than the layer's own results do, so the own model wins most of the
     weight, history's margin shrinks by that share, and where it wins everything the
     history leaves the model entirely."""
+    from search.source_weights import OWN
+
     misleading = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
     own_share = []
     for seed in range(3):
@@ -818,8 +820,8 @@ def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, s
         for _ in range(8):
             tuner.tell(bench.measure(tuner.ask(8)))
         tuner.ask(8)
-        assert set(tuner.source_weights) == {"other_hw", "(this layer)"}
-        share = tuner.source_weights["(this layer)"]
+        assert set(tuner.source_weights) == {"other_hw", OWN}
+        share = tuner.source_weights[OWN]
         assert tuner.prior_scale == pytest.approx(1.0 - share, abs=1e-3)
         assert (tuner._n_prior_kept == 0) == (tuner.source_weights["other_hw"] == 0.0)
         if tuner._n_prior_kept:  # history's margin counts by the share the sources won
@@ -833,7 +835,7 @@ def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, s
     bench = SynthBench(target)
     honest.tell(bench.measure(honest.ask(8)))
     honest.ask(8)  # one source is enough to compete with
-    assert set(honest.source_weights) == {similar_priors[0].workload_key, "(this layer)"}
+    assert set(honest.source_weights) == {similar_priors[0].workload_key, OWN}
     with pytest.raises(ValueError, match="needs rank_sources"):
         make_tuner("tl_xgb", target, priors=list(similar_priors), rank_own=True, rank_sources=False)
 
