@@ -25,6 +25,8 @@ from bench_history_guided import (  # noqa: E402
     CachedMeasurer,
     ReplayMeasurer,
     Run,
+    final_latency_test,
+    final_latency_verdict,
     layer_at,
     lockstep,
     make_run_tuner,
@@ -148,6 +150,30 @@ def test_a_replayed_table_names_the_tuners_whose_answers_were_approximated():
     assert "tl_xgb 3 of 8 (38%)" in table and "xgb 0" not in table
     result["layers"][0]["tuners"]["tl_xgb"]["approximated"] = [0, 0]
     assert "approximated" not in markdown_table(result)
+
+
+def test_final_latencies_are_compared_seed_by_seed_with_a_rank_test():
+    """"Final latency no worse" is judged on every seed's final, not on two medians: a
+    guided tuner whose finals all lie above the baseline's ends higher, one whose finals
+    interleave with them shows no difference, and the table says which."""
+
+    def row(base_finals, guided_finals):
+        def entry(finals):
+            return {"median_trials_to_5pct": 3, "median_trials_to_25pct": 3, "median_final_latency_s": float(np.median(finals)),
+                    "curves": [[2 * f, f, f] for f in finals]}
+        return {"layer": "m:conv", "match_score": 0.5, "tuners": {"xgb": entry(base_finals), "tl_xgb": entry(guided_finals)}}
+
+    low = [1.0e-4, 1.1e-4, 1.2e-4, 1.3e-4, 1.4e-4, 1.5e-4]
+    high = [f + 1e-4 for f in low]
+    worse = final_latency_test(row(low, high), "tl_xgb", "xgb")
+    assert worse["seeds"] == [6, 6] and worse["median_s"] == [1.25e-4, 2.25e-4]
+    assert worse["p_higher"] < 0.01 < 0.99 < worse["p_lower"]
+    assert final_latency_verdict(worse).startswith("higher")
+    assert final_latency_verdict(final_latency_test(row(high, low), "tl_xgb", "xgb")).startswith("lower")
+    mixed = final_latency_test(row(low[::2] + high[1::2], low[1::2] + high[::2]), "tl_xgb", "xgb")
+    assert mixed["p_two_sided"] > 0.5 and final_latency_verdict(mixed).startswith("no difference shown")
+    table = markdown_table({"trials": 3, "layers": [row(low, high)]})
+    assert "| m:conv | 125.0 (125.0) / 225.0 (225.0) | higher (p = " in table
 
 
 def test_runs_side_by_side_see_what_they_see_alone(tmp_path):
