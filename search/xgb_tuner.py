@@ -71,7 +71,6 @@ class XGBTuner(Tuner):
         transfer: str = "margin",
         rank_sources: bool = True,
         rank_own: bool = False,
-        immigrant_frac: float = 0.0,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -88,7 +87,6 @@ class XGBTuner(Tuner):
         if rank_own and not rank_sources:
             raise ValueError("rank_own competes with the source rankers: it needs rank_sources")
         self.rank_own = rank_own
-        self.immigrant_frac = immigrant_frac
         # How far history's margin counts under margin transfer: 1 minus the share the
         # layer's own model wins against the sources (rank_own), else 1.
         self.prior_scale = 1.0
@@ -296,23 +294,6 @@ class XGBTuner(Tuner):
         mapped = [self._prior_mapped[i] for i in p_idx]
         return history_seed_order(mapped, self._prior_group[p_idx], self._prior_y[p_idx], p_w, limit)
 
-    def _immigrant_rows(self, n: int) -> list[tuple[int, ...]]:
-        """History's next configs by turns across every source the guided GA would keep
-        (plain similarity, no importance weights, no source weights): the model's own
-        filter can drop the one source layer that holds a config that transfers."""
-        if n <= 0 or not (self.uses_priors and self.priors):
-            return []
-        kept, idx = filter_priors(
-            self.priors, self.layer_features, None, self.similarity_threshold,
-            measured=self.state.results, space=self.space, mapped=self._prior_mapped, return_indices=True,
-        )
-        if not len(idx):
-            return []
-        mapped = [self._prior_mapped[i] for i in idx]
-        order = history_seed_order(mapped, self._prior_group[idx], self._prior_y[idx], kept.weights,
-                                   n + len(self.state.seen))
-        return order
-
     def history_configs(self, n: int) -> list[Config]:
         """The first ``n`` configs history offers this layer, in the order the warm start
         measures them (by turns across source workloads, mapped onto this space,
@@ -439,13 +420,6 @@ class XGBTuner(Tuner):
             quota = int(math.ceil(self.prior_seed_frac * n_model))
             for idx in self._prior_seeds:
                 if len(out) >= quota:
-                    break
-                take(idx)
-        elif self.immigrant_frac > 0:
-            # Immigrants: a share of the model's places goes to history's next configs.
-            n_imm = int(math.floor(self.immigrant_frac * n_model + self.rng.random()))
-            for idx in self._immigrant_rows(n_imm):
-                if len(out) >= n_imm:
                     break
                 take(idx)
         for idx, _ in self._anneal():
