@@ -460,11 +460,10 @@ def final_latency_test(row: dict, guided: str, base: str) -> dict | None:
     higher (``p_higher``) or lower (``p_lower``) than the baseline's.
 
     Why a rank test and not the ratio of medians: finals are often bimodal (on conv2d7,
-    ten seeds of each tuner split between about 290 and 390 us), so the median of a
+    transfer XGBoost's ten split between about 290 and 390 us), so the median of a
     handful of seeds moves by a quarter when one seed lands in the other mode, while a
-    rank test weighs every seed. With five seeds a side no difference can reach
-    p < 0.004, with ten p < 1e-5: read a large p with few seeds as "not shown", not as
-    "the same".
+    rank test weighs every seed. With five seeds a side the smallest possible one-sided
+    p is 1/252 (0.004): read a large p with few seeds as "not shown", not as "the same".
     """
     from scipy.stats import mannwhitneyu
 
