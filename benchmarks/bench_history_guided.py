@@ -454,6 +454,12 @@ def trials_to_match_baseline(row: dict, guided: str, base: str, trials: int, tol
     return {"goal_s": goal, "base_trials": b, "guided_trials": g, "ratio": b / g}
 
 
+def final_latencies(curves) -> list[float]:
+    """Each seed's best latency after the full budget (seeds that found no valid config
+    have none)."""
+    return [c[-1] for c in curves if c and c[-1] is not None]
+
+
 def final_latency_test(row: dict, guided: str, base: str) -> dict | None:
     """Does the guided tuner end worse than its baseline? Medians and means of the seeds'
     final latencies, and Mann-Whitney U p-values that the guided tuner's finals lie
@@ -470,8 +476,7 @@ def final_latency_test(row: dict, guided: str, base: str) -> dict | None:
     tuners = row["tuners"]
     if guided not in tuners or base not in tuners:
         return None
-    finals = {t: [c[-1] for c in tuners[t]["curves"] if c and c[-1] is not None] for t in (guided, base)}
-    g, b = finals[guided], finals[base]
+    g, b = (final_latencies(tuners[t]["curves"]) for t in (guided, base))
     if len(g) < 2 or len(b) < 2:
         return None
     return {
@@ -711,7 +716,7 @@ def main() -> int:
         row = {"layer": f"{model}:{layer.name}", "op_class": layer.op_class, "shapes": layer.inputs + layer.weights,
                "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors), "best_known_s": best_known, "tuners": {}}
         for t in tuners:
-            finals = [c[-1] for c in curves[t] if c and c[-1] is not None]
+            finals = final_latencies(curves[t])
             entry = {"median_final_latency_s": statistics.median(finals) if finals else None,
                      "overhead_s_per_config": statistics.median(overhead[t]),
                      "curves": curves[t]}
