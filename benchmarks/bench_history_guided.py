@@ -498,6 +498,54 @@ def final_latency_verdict(test: dict, alpha: float = 0.05) -> str:
     return f"no difference shown (p = {test['p_two_sided']:.2g})"
 
 
+def as_dispatched(row: dict) -> dict | None:
+    """``row`` cut down to cold XGBoost and the tuner ``autotune tune`` would give this
+    layer (by its match score, default thresholds), named ``"autotune"``: what a user
+    gets against tuning with no history, where the paper's pairs compare each guided
+    tuner with its own baseline. None when those curves are not in the row.
+    """
+    from autotune.dispatch import choose
+
+    tuners = row["tuners"]
+    pick = choose(row["match_score"], exact=False).tuner
+    if "xgb" not in tuners or pick == "xgb" or pick not in tuners:
+        return None
+    return {**row, "dispatched": pick, "tuners": {"xgb": tuners["xgb"], "autotune": tuners[pick]}}
+
+
+def dispatched_table(result: dict) -> list[str]:
+    """Markdown lines comparing each layer's dispatched tuner with cold XGBoost (empty
+    when the run lacks the tuners dispatch picks)."""
+    trials = result["trials"]
+    rows = [(row, d) for row in result["layers"] if (d := as_dispatched(row))]
+    if not rows:
+        return []
+
+    def fmt(v: float) -> str:
+        return f">{trials}" if v > trials else f"{v:g}"
+
+    lines = ["", "| layer (match) | autotune gives | trials to xgb's final: xgb / it (ratio) | to within 5% of it (ratio) "
+                 "| final latency, median (mean) us: xgb / it | it ends (Mann-Whitney, seeds) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    ratios: dict[float, list[float]] = {0.0: [], 0.05: []}
+    for row, d in rows:
+        cells = []
+        for tol in ratios:
+            m = trials_to_match_baseline(d, "autotune", "xgb", trials, tol)
+            ratios[tol].append(m["ratio"])
+            cells.append(f"{fmt(m['base_trials'])} / {fmt(m['guided_trials'])} ({m['ratio']:.1f}x)")
+        t = final_latency_test(d, "autotune", "xgb")
+        if t is None:
+            cells += ["", ""]
+        else:
+            med, mean = t["median_s"], t["mean_s"]
+            cells += [f"{med[0] * 1e6:.1f} ({mean[0] * 1e6:.1f}) / {med[1] * 1e6:.1f} ({mean[1] * 1e6:.1f})",
+                      f"{final_latency_verdict(t)}, {t['seeds'][0]} / {t['seeds'][1]}"]
+        lines.append(f"| {row['layer']} ({row['match_score']:.2f}) | {d['dispatched']} | " + " | ".join(cells) + " |")
+    lines.append("| median ratio | | " + " | ".join(f"{statistics.median(r):.1f}x" for r in ratios.values()) + " | | |")
+    return lines
+
+
 def markdown_table(result: dict) -> str:
     """The README's table: median trials to 5% / 25% and final latency per tuner and layer.
 
@@ -547,6 +595,7 @@ def markdown_table(result: dict) -> str:
             cells += [f"{med[0] * 1e6:.1f} ({mean[0] * 1e6:.1f}) / {med[1] * 1e6:.1f} ({mean[1] * 1e6:.1f})",
                       f"{final_latency_verdict(t)}, {t['seeds'][0]} / {t['seeds'][1]}"]
         lines.append(f"| {row['layer']} | " + " | ".join(cells) + " |")
+    lines += dispatched_table(result)
     note = approximation_note(result)
     return "\n".join(lines + ([""] + [note] if note else []))
 

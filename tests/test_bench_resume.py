@@ -25,6 +25,7 @@ from bench_history_guided import (  # noqa: E402
     CachedMeasurer,
     ReplayMeasurer,
     Run,
+    as_dispatched,
     final_latency_test,
     final_latency_verdict,
     layer_at,
@@ -174,6 +175,28 @@ def test_final_latencies_are_compared_seed_by_seed_with_a_rank_test():
     assert mixed["p_two_sided"] > 0.5 and final_latency_verdict(mixed).startswith("no difference shown")
     table = markdown_table({"trials": 3, "layers": [row(low, high)]})
     assert "| m:conv | 125.0 (125.0) / 225.0 (225.0) | higher (p = " in table
+
+
+def test_each_layer_is_also_compared_as_autotune_would_dispatch_it():
+    """Besides the paper's pairs, the table puts each layer's dispatched tuner (guided GA
+    at a high match, transfer XGBoost below) next to cold XGBoost: what a user gets."""
+
+    def entry(hit_at, final):
+        curve = [1e-3] * (hit_at - 1) + [final] * (11 - hit_at)
+        return {"median_trials_to_5pct": 11, "median_trials_to_25pct": 11, "median_final_latency_s": final,
+                "curves": [curve, curve]}
+
+    tuners = {"xgb": entry(10, 2e-4), "tl_xgb": entry(5, 2e-4), "gga": entry(2, 1e-4)}
+    high = {"layer": "m:hi", "match_score": 0.9, "tuners": tuners}
+    low = {"layer": "m:lo", "match_score": 0.5, "tuners": tuners}
+    assert as_dispatched(high)["dispatched"] == "gga" and as_dispatched(low)["dispatched"] == "tl_xgb"
+    assert set(as_dispatched(high)["tuners"]) == {"xgb", "autotune"}
+    assert as_dispatched({**low, "match_score": 0.0}) is None  # dispatch would give cold XGBoost itself
+    assert as_dispatched({**high, "tuners": {"xgb": tuners["xgb"], "tl_xgb": tuners["tl_xgb"]}}) is None
+    table = markdown_table({"trials": 10, "layers": [high, low]})
+    assert "| m:hi (0.90) | gga | 10 / 2 (5.0x) |" in table
+    assert "| m:lo (0.50) | tl_xgb | 10 / 5 (2.0x) |" in table
+    assert "| median ratio | | 3.5x |" in table
 
 
 def test_runs_side_by_side_see_what_they_see_alone(tmp_path):
