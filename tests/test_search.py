@@ -546,8 +546,22 @@ def test_gga_elite_dictionary_normalized_and_prior_informed(target, similar_prio
     assert tuner.elite_dist[k][j] > 2.0 / len(target.knob("dense.i.tile"))
 
 
+def test_gga_first_population_is_history_in_warm_start_order(target, similar_priors):
+    """By default the whole first population comes from history, in warm-start order, and
+    is asked in that order: a good config deep in history's list is measured in the first
+    generation, not left to later immigrants."""
+    tuner = GuidedGATuner(target, seed=0, priors=similar_priors, layer_features=target.layer_features)
+    seeds = tuner._seed_keys()
+    assert len(seeds) == tuner.pop_size  # the fixture's history holds more distinct configs
+    first = tuner.ask(tuner.pop_size)
+    assert [tuple(target.to_indices(c)) for c in first] == list(seeds)
+    half = GuidedGATuner(target, seed=0, priors=similar_priors, layer_features=target.layer_features, seed_frac=0.5)
+    assert half._seed_keys() == seeds[: tuner.pop_size // 2]
+
+
 def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors):
-    """Beyond the seeds, the first generation favours the genes history's elites carry."""
+    """Where history fills only part of the first generation, the rest favours the genes
+    history's elites carry."""
     k = target.knob_names.index("dense.i.tile")
     best = target.knob("dense.i.tile").index(map_config(target, similar_priors[0].config)["dense.i.tile"])
 
@@ -557,8 +571,8 @@ def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors
         assert first  # room is left beyond the seeds
         return float(np.mean([target.knob("dense.i.tile").index(c["dense.i.tile"]) == best for c in first]))
 
-    guided = np.mean([share(GuidedGATuner(target, seed=s, priors=similar_priors, layer_features=target.layer_features))
-                      for s in range(3)])
+    guided = np.mean([share(GuidedGATuner(target, seed=s, priors=similar_priors, layer_features=target.layer_features,
+                                          seed_frac=0.5)) for s in range(3)])
     uniform = 1.0 / len(target.knob("dense.i.tile"))
     assert guided > 5 * uniform
 
