@@ -17,8 +17,9 @@ history-based tuner:
   half (the default until run 22) left ResNet-18's conv2d3 its best history config,
   28th in that order, only by the third generation's immigrants (trial 89 to 92); with
   the whole population from history it is measured at trial 28 in every seed, and no
-  layer's final latencies moved (runs 22 and 23, six llvm layers, ten seeds). Every
-  history config has measured well on a similar layer; a random one rarely has;
+  layer's final latencies differ by a rank test (runs 22 and 23, six llvm layers, ten
+  seeds). Every history config has measured well on a similar layer; a random one
+  rarely has;
 * an *elite-gene dictionary* -- per knob, a probability over candidates, built from the
   elite individuals of the current population and the elite records of each prior
   workload, each weighted by normalized performance and parallelism (threads per block:
