@@ -498,6 +498,20 @@ def final_latency_verdict(test: dict, alpha: float = 0.05) -> str:
     return f"no difference shown (p = {test['p_two_sided']:.2g})"
 
 
+def _trials_cell(v: float, trials: int) -> str:
+    """A median trial count; one past the budget (never reached) shows as ``>N``."""
+    return f">{trials}" if v > trials else f"{v:g}"
+
+
+def _final_latency_cells(test: dict | None) -> list[str]:
+    """Two table cells for a :func:`final_latency_test`: medians (means), then the verdict."""
+    if test is None:
+        return ["", ""]
+    med, mean = test["median_s"], test["mean_s"]
+    return [f"{med[0] * 1e6:.1f} ({mean[0] * 1e6:.1f}) / {med[1] * 1e6:.1f} ({mean[1] * 1e6:.1f})",
+            f"{final_latency_verdict(test)}, {test['seeds'][0]} / {test['seeds'][1]}"]
+
+
 def as_dispatched(row: dict) -> dict | None:
     """``row`` cut down to cold XGBoost and the tuner ``autotune tune`` would give this
     layer (by its match score, default thresholds), named ``"autotune"``: what a user
@@ -520,10 +534,6 @@ def dispatched_table(result: dict) -> list[str]:
     rows = [(row, d) for row in result["layers"] if (d := as_dispatched(row))]
     if not rows:
         return []
-
-    def fmt(v: float) -> str:
-        return f">{trials}" if v > trials else f"{v:g}"
-
     lines = ["", "| layer (match) | autotune gives | trials to xgb's final: xgb / it (ratio) | to within 5% of it (ratio) "
                  "| final latency, median (mean) us: xgb / it | it ends (Mann-Whitney, seeds) |",
              "| --- | --- | --- | --- | --- | --- |"]
@@ -533,14 +543,9 @@ def dispatched_table(result: dict) -> list[str]:
         for tol in ratios:
             m = trials_to_match_baseline(d, "autotune", "xgb", trials, tol)
             ratios[tol].append(m["ratio"])
-            cells.append(f"{fmt(m['base_trials'])} / {fmt(m['guided_trials'])} ({m['ratio']:.1f}x)")
-        t = final_latency_test(d, "autotune", "xgb")
-        if t is None:
-            cells += ["", ""]
-        else:
-            med, mean = t["median_s"], t["mean_s"]
-            cells += [f"{med[0] * 1e6:.1f} ({mean[0] * 1e6:.1f}) / {med[1] * 1e6:.1f} ({mean[1] * 1e6:.1f})",
-                      f"{final_latency_verdict(t)}, {t['seeds'][0]} / {t['seeds'][1]}"]
+            base, guided = (_trials_cell(m[k], trials) for k in ("base_trials", "guided_trials"))
+            cells.append(f"{base} / {guided} ({m['ratio']:.1f}x)")
+        cells += _final_latency_cells(final_latency_test(d, "autotune", "xgb"))
         lines.append(f"| {row['layer']} ({row['match_score']:.2f}) | {d['dispatched']} | " + " | ".join(cells) + " |")
     lines.append("| median ratio | | " + " | ".join(f"{statistics.median(r):.1f}x" for r in ratios.values()) + " | | |")
     return lines
@@ -556,7 +561,7 @@ def markdown_table(result: dict) -> str:
     tuners = list(result["layers"][0]["tuners"]) if result["layers"] else []
 
     def fmt(v: float) -> str:
-        return f">{trials}" if v > trials else f"{v:g}"
+        return _trials_cell(v, trials)
 
     head = " / ".join(tuners)
     lines = [f"| layer (match) | trials to 5%: {head} | trials to 25%: {head} | final latency (us): {head} |",
@@ -585,15 +590,7 @@ def markdown_table(result: dict) -> str:
         f"final latency, median (mean) us: {b} / {g} | {g} ends (Mann-Whitney, seeds {b} / {g})" for g, b in pairs) + " |",
         "| --- |" + " --- | --- |" * len(pairs)]
     for row in result["layers"]:
-        cells = []
-        for g, b in pairs:
-            t = final_latency_test(row, g, b)
-            if t is None:
-                cells += ["", ""]
-                continue
-            med, mean = t["median_s"], t["mean_s"]
-            cells += [f"{med[0] * 1e6:.1f} ({mean[0] * 1e6:.1f}) / {med[1] * 1e6:.1f} ({mean[1] * 1e6:.1f})",
-                      f"{final_latency_verdict(t)}, {t['seeds'][0]} / {t['seeds'][1]}"]
+        cells = [c for g, b in pairs for c in _final_latency_cells(final_latency_test(row, g, b))]
         lines.append(f"| {row['layer']} | " + " | ".join(cells) + " |")
     lines += dispatched_table(result)
     note = approximation_note(result)
