@@ -6,9 +6,7 @@ with the model as fitness. ``TransferXGBTuner`` ("tl_xgb") learns from history a
 priors of similar layers, filtered by :func:`search.similarity.filter_priors`, one
 ranking group per workload weighted by similarity. With usable priors it needs no random
 warm-up: the first batch holds the best prior configs mapped onto this space plus the
-prior-only model's picks (``warm_trials`` > 0, off by default, measures history's first
-configs in warm-start order first, the list fixed before any fit: run 24, not kept).
-How its own results meet the priors is ``transfer``:
+prior-only model's picks. How its own results meet the priors is ``transfer``:
 
 * ``"margin"`` (default): a prior-only model's score is the base margin of a model
   trained on the layer's own results, as AutoTVM's transfer learning did. Own data only
@@ -73,7 +71,6 @@ class XGBTuner(Tuner):
         transfer: str = "margin",
         rank_sources: bool = True,
         rank_own: bool = False,
-        warm_trials: int = 0,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -90,7 +87,6 @@ class XGBTuner(Tuner):
         if rank_own and not rank_sources:
             raise ValueError("rank_own competes with the source rankers: it needs rank_sources")
         self.rank_own = rank_own
-        self.warm_trials = warm_trials
         # How far history's margin counts under margin transfer: 1 minus the share the
         # layer's own model wins against the sources (rank_own), else 1.
         self.prior_scale = 1.0
@@ -123,12 +119,6 @@ class XGBTuner(Tuner):
                 self.prior_model = CostModel(
                     n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
                 )
-        # History's first configs in warm-start order, fixed before any fit (see the
-        # module docstring): measured first, before the model proposes anything.
-        self._warm: list[tuple[int, ...]] = []
-        if self.warm_trials > 0 and self.uses_priors and self.priors:
-            p_idx, p_w = self._filtered_priors()
-            self._warm = self._seeds_from(p_idx, p_w, limit=self.warm_trials)
 
     # --- priors ---------------------------------------------------------------------------
     def _prepare_priors(self) -> None:
@@ -425,13 +415,6 @@ class XGBTuner(Tuner):
             out.append(cfg)
             return True
 
-        if n_results < len(self._warm):  # the fixed warm start first (no exploration share)
-            for idx in self._warm:
-                if len(out) >= n:
-                    break
-                take(idx)
-            if len(out) >= n:
-                return out
         if n_results < self.min_train and self._prior_seeds:
             # Transfer warm start: the best history configs, mapped, measured first.
             quota = int(math.ceil(self.prior_seed_frac * n_model))

@@ -629,25 +629,6 @@ def test_history_configs_are_the_warm_start_in_its_order(target, similar_priors)
     assert make_tuner("xgb", target, seed=0).history_configs(6) == []
 
 
-def test_tl_xgb_measures_historys_first_configs_first_in_a_fixed_order(target, similar_priors):
-    """Transfer XGBoost's first ``warm_trials`` configs are history's first, in the order
-    :meth:`history_configs` gives before any fit, whatever later fits do to the
-    similarity filter; then the model proposes, and never repeats one of them."""
-    tuner = make_tuner("tl_xgb", target, seed=0, priors=similar_priors, layer_features=target.layer_features,
-                       warm_trials=20)
-    offered = [config_to_json(c) for c in tuner.history_configs(20)]
-    assert len(set(offered)) == 20
-    bench = SynthBench(target)
-    asked: list[str] = []
-    for _ in range(3):  # 8 + 8 + the last 4 with 4 of the model's
-        batch = tuner.ask(8)
-        asked += [config_to_json(c) for c in batch]
-        tuner.tell(bench.measure(batch))
-    assert asked[:20] == offered
-    assert not set(asked[20:]) & set(offered) and len(set(asked)) == 24
-    assert tuner._n_prior_kept > 0  # the model that takes over still learns from history
-
-
 # --------------------------------------------------------------------------------------
 # search quality on the synthetic problem (median trials-to-5% over 5 seeds)
 # --------------------------------------------------------------------------------------
