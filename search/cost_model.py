@@ -30,7 +30,25 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import xgboost as xgb  # noqa: E402
 
-__all__ = ["CostModel"]
+__all__ = ["CostModel", "capped_rows"]
+
+
+def capped_rows(score: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
+    """Positions of at most ``cap`` training rows, sorted: half the highest ``score``
+    (similarity x performance, say), half drawn at random from the rest.
+
+    Training cost grows with rows while 20k rows already pin down a 50-tree model; the
+    best rows carry what matters most to transfer, the random half keeps the model aware
+    of what is bad.
+    """
+    n = len(score)
+    if n <= cap:
+        return np.arange(n)
+    order = np.argsort(-np.asarray(score, dtype=float), kind="stable")
+    top = order[: cap // 2]
+    rest = order[cap // 2 :]
+    pick = rng.choice(len(rest), size=cap - len(top), replace=False)
+    return np.sort(np.concatenate([top, rest[pick]]))
 
 
 class CostModel:

@@ -21,7 +21,11 @@ history-based tuner:
   seeds). Every history config has measured well on a similar layer; a random one
   rarely has: keeping 4 places for dictionary and uniform draws (``seed_frac=0.875``)
   left MobileNetV2's finals higher (p = 0.006, run 23). Random genes still enter
-  through mutation;
+  through mutation. The population is *measured* best first as a ranker trained on the
+  kept priors predicts for this layer (``measure_order="model"``,
+  :func:`search.warm_start.history_model_order`; ``"turns"`` keeps warm-start order):
+  the same 32 measurements, good ones sooner, which matters most when a layer's budget
+  is smaller than one population;
 * an *elite-gene dictionary* -- per knob, a probability over candidates, built from the
   elite individuals of the current population and the elite records of each prior
   workload, each weighted by normalized performance and parallelism (threads per block:
@@ -64,7 +68,7 @@ from search.features import encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors
 from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups
-from search.warm_start import history_seed_order
+from search.warm_start import history_model_order, history_seed_order
 from templates.space import Config, KnobSpace
 
 __all__ = ["GATuner", "GuidedGATuner"]
@@ -207,6 +211,10 @@ class GATuner(Tuner):
     def _seed_keys(self) -> list[Key]:
         return []
 
+    def _measure_first(self, pop: list[Any]) -> list[Any]:
+        """The order in which the first population is measured (the guided GA ranks it)."""
+        return list(pop)
+
     def _archive_elites(self) -> list[Any]:
         best = sorted(self._fit.items(), key=lambda kv: -kv[1])[: self.n_elite]
         return [self._individual(k, f) for k, f in best if f > 0]
@@ -222,7 +230,7 @@ class GATuner(Tuner):
         self.generation += 1
         if self.generation == 0:
             pop = self._initial_population()
-            self._gen, self._pending = pop, list(pop)
+            self._gen, self._pending = pop, self._measure_first(pop)
             return
         pool = [ind for ind in self._gen if ind.fitness.valid]
         keys = {tuple(ind) for ind in pool}
@@ -303,9 +311,13 @@ class GuidedGATuner(GATuner):
         rank_sources: bool = False,
         min_ranked: int = 8,
         immigrant_frac: float = 0.125,
+        measure_order: str = "model",
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        if measure_order not in ("model", "turns"):
+            raise ValueError(f"measure_order must be 'model' or 'turns', not {measure_order!r}")
+        self.measure_order = measure_order
         self.rank_sources = rank_sources
         self.immigrant_frac = immigrant_frac
         self.min_ranked = min_ranked
@@ -380,6 +392,25 @@ class GuidedGATuner(GATuner):
         limit = int(round(self.seed_frac * self.pop_size))
         mapped = [self._prior_mapped[i] for i in idx]
         return history_seed_order(mapped, self._prior_group[idx], self._prior_perf[idx], sims, limit)
+
+    def _measure_first(self, pop: list[Any]) -> list[Any]:
+        """The first population, best first as a ranker trained on the kept priors
+        predicts for this layer (:func:`search.warm_start.history_model_order`); with
+        ``measure_order="turns"``, in warm-start order. Only the order changes: the
+        population, and so every later generation, is the same either way."""
+        if self.measure_order != "model" or not self.priors:
+            return list(pop)
+        idx, sims = self._kept_priors(())
+        if not len(idx):
+            return list(pop)
+        order = history_model_order(
+            np.array([tuple(ind) for ind in pop], dtype=np.int64),
+            [self.priors[i].config for i in idx],
+            [self.priors[i].layer_features for i in idx],
+            self._prior_perf[idx], sims, self._prior_group[idx],
+            encoder_for(self.space, len(self.layer_features)), self.layer_features, seed=self._seed,
+        )
+        return [pop[i] for i in order]
 
     def _fill_initial(self, pop: list[Any], taken: set[Key]) -> None:
         """After the mapped prior elites: draws from the prior-only elite-gene dictionary,

@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from search.cost_model import CostModel
+from search.cost_model import CostModel, capped_rows
 from search.features import FeatureEncoder, encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
 from search.source_weights import OWN, SourceRankers
@@ -176,21 +176,11 @@ class XGBTuner(Tuner):
         return idx[keep], (w * row_p)[keep]
 
     def _subsample(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cap prior rows: half the best (by similarity x performance), half at random.
-
-        Training cost grows with rows while 20k rows already pin down a 50-tree model;
-        keeping the best rows preserves what matters most to transfer, the random half
-        keeps the model aware of what is bad.
-        """
-        cap = self.max_prior_rows
-        if len(idx) <= cap:
+        """Cap prior rows (:func:`search.cost_model.capped_rows`, scored by similarity x
+        performance)."""
+        if len(idx) <= self.max_prior_rows:
             return idx, w
-        score = w * self._prior_y[idx]
-        order = np.argsort(-score, kind="stable")
-        top = order[: cap // 2]
-        rest = order[cap // 2 :]
-        pick = self.rng.choice(len(rest), size=cap - len(top), replace=False)
-        sel = np.sort(np.concatenate([top, rest[pick]]))
+        sel = capped_rows(w * self._prior_y[idx], self.max_prior_rows, self.rng)
         return idx[sel], w[sel]
 
     # --- training -------------------------------------------------------------------------

@@ -547,16 +547,56 @@ def test_gga_elite_dictionary_normalized_and_prior_informed(target, similar_prio
 
 
 def test_gga_first_population_is_history_in_warm_start_order(target, similar_priors):
-    """By default the whole first population comes from history, in warm-start order, and
-    is asked in that order: a good config deep in history's list is measured in the first
-    generation, not left to later immigrants."""
-    tuner = GuidedGATuner(target, seed=0, priors=similar_priors, layer_features=target.layer_features)
+    """By default the whole first population comes from history, in warm-start order (and
+    is asked in that order with ``measure_order="turns"``): a good config deep in
+    history's list is measured in the first generation, not left to later immigrants."""
+    tuner = GuidedGATuner(target, seed=0, priors=similar_priors, layer_features=target.layer_features,
+                          measure_order="turns")
     seeds = tuner._seed_keys()
     assert len(seeds) == tuner.pop_size  # the fixture's history holds more distinct configs
     first = tuner.ask(tuner.pop_size)
     assert [tuple(target.to_indices(c)) for c in first] == list(seeds)
     half = GuidedGATuner(target, seed=0, priors=similar_priors, layer_features=target.layer_features, seed_frac=0.5)
     assert half._seed_keys() == seeds[: tuner.pop_size // 2]
+
+
+def _two_source_history() -> tuple[MatmulSpace, list[PriorRecord]]:
+    """A target layer and the history of two layers of other shapes."""
+    return MatmulSpace(64, 64, 64), (history_of(MatmulSpace(64, 128, 64), "dense_64_128_64", seed=1)
+                                     + history_of(MatmulSpace(128, 64, 64), "dense_128_64_64", seed=2))
+
+
+def test_gga_measures_its_first_population_best_first_by_a_history_ranker():
+    """A source's ranking of its own configs says little about this layer; a ranker
+    trained on every kept source, layer features included, says more. The first batch,
+    model-ordered, holds a config closer to the best than the first batch by turns."""
+    space, priors = _two_source_history()
+    first_batch = {}
+    for order in ("turns", "model"):
+        tuner = GuidedGATuner(space, seed=0, priors=priors, layer_features=space.layer_features, measure_order=order)
+        first_batch[order] = min(space.latency(c) for c in tuner.ask(8))
+    assert first_batch["model"] < first_batch["turns"], first_batch
+
+
+def test_gga_measure_order_changes_only_the_order():
+    """The ranker reorders the first population; the population, and so each later
+    generation, is the one warm-start order gives."""
+    space, priors = _two_source_history()
+    bench = SynthBench(space)
+    asked = {}
+    for order in ("turns", "model"):
+        tuner = GuidedGATuner(space, seed=3, priors=priors, layer_features=space.layer_features, measure_order=order)
+        gens = []
+        for _ in range(3):
+            cfgs = tuner.ask(tuner.pop_size)
+            tuner.tell(bench.measure(cfgs))
+            gens.append([config_to_json(c) for c in cfgs])
+        asked[order] = gens
+    assert asked["model"][0] != asked["turns"][0]
+    assert sorted(asked["model"][0]) == sorted(asked["turns"][0])
+    assert asked["model"][1:] == asked["turns"][1:]
+    with pytest.raises(ValueError, match="measure_order"):
+        GuidedGATuner(space, priors=priors, measure_order="best")
 
 
 def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors):
