@@ -527,27 +527,47 @@ def as_dispatched(row: dict) -> dict | None:
     return {**row, "dispatched": pick, "tuners": {"xgb": tuners["xgb"], "autotune": tuners[pick]}}
 
 
+def dispatched_comparison(rows: list[dict], trials: int) -> dict | None:
+    """Each layer's dispatched tuner against cold XGBoost (:func:`as_dispatched`): per
+    layer the tuner, trials to cold XGBoost's final latency and to within 5% of it, and
+    the rank test of the finals; then the median ratios. None when no layer has the
+    curves dispatch needs."""
+    per_layer = []
+    for row in rows:
+        d = as_dispatched(row)
+        if d is None:
+            continue
+        per_layer.append({
+            "layer": row["layer"], "match_score": row["match_score"], "tuner": d["dispatched"],
+            "match_baseline": trials_to_match_baseline(d, "autotune", "xgb", trials),
+            "within_5pct_of_baseline": trials_to_match_baseline(d, "autotune", "xgb", trials, 0.05),
+            "final_latency_test": final_latency_test(d, "autotune", "xgb"),
+        })
+    if not per_layer:
+        return None
+    medians = {k: statistics.median(e[k]["ratio"] for e in per_layer) for k in ("match_baseline", "within_5pct_of_baseline")}
+    return {"against": "xgb", "per_layer": per_layer, "median_ratio": medians}
+
+
 def dispatched_table(result: dict) -> list[str]:
     """Markdown lines comparing each layer's dispatched tuner with cold XGBoost (empty
     when the run lacks the tuners dispatch picks)."""
     trials = result["trials"]
-    rows = [(row, d) for row in result["layers"] if (d := as_dispatched(row))]
-    if not rows:
+    comparison = dispatched_comparison(result["layers"], trials)
+    if comparison is None:
         return []
     lines = ["", "| layer (match) | autotune gives | trials to xgb's final: xgb / it (ratio) | to within 5% of it (ratio) "
                  "| final latency, median (mean) us: xgb / it | it ends (Mann-Whitney, seeds) |",
              "| --- | --- | --- | --- | --- | --- |"]
-    ratios: dict[float, list[float]] = {0.0: [], 0.05: []}
-    for row, d in rows:
+    for e in comparison["per_layer"]:
         cells = []
-        for tol in ratios:
-            m = trials_to_match_baseline(d, "autotune", "xgb", trials, tol)
-            ratios[tol].append(m["ratio"])
+        for key in ("match_baseline", "within_5pct_of_baseline"):
+            m = e[key]
             base, guided = (_trials_cell(m[k], trials) for k in ("base_trials", "guided_trials"))
             cells.append(f"{base} / {guided} ({m['ratio']:.1f}x)")
-        cells += _final_latency_cells(final_latency_test(d, "autotune", "xgb"))
-        lines.append(f"| {row['layer']} ({row['match_score']:.2f}) | {d['dispatched']} | " + " | ".join(cells) + " |")
-    lines.append("| median ratio | | " + " | ".join(f"{statistics.median(r):.1f}x" for r in ratios.values()) + " | | |")
+        cells += _final_latency_cells(e["final_latency_test"])
+        lines.append(f"| {e['layer']} ({e['match_score']:.2f}) | {e['tuner']} | " + " | ".join(cells) + " |")
+    lines.append("| median ratio | | " + " | ".join(f"{r:.1f}x" for r in comparison["median_ratio"].values()) + " | | |")
     return lines
 
 
@@ -733,6 +753,9 @@ def main() -> int:
                 ratios = [m["ratio"] for r in rows if (m := r.get(f"{base}/{guided}@{suffix}"))]
                 if ratios:
                     summary[f"{base}/{guided}@{suffix}"] = {"median_ratio": statistics.median(ratios), "per_layer": ratios}
+        dispatched = dispatched_comparison(rows, args.trials)
+        if dispatched is not None:
+            summary["dispatched"] = dispatched
         return {
             "benchmark": "trials to within 5% of best known latency (median over seeds)",
             "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,

@@ -100,11 +100,6 @@ class GATuner(Tuner):
         cxpb: float = 0.9,
         cx_indpb: float = 0.5,
         mut_indpb: float | None = None,
-        similarity_threshold: float = SIMILARITY_FLOOR,
-        seed_frac: float = 1.0,
-        elite_frac: float = 0.25,
-        p_elite: float = 0.7,
-        prior_weight: float = 1.0,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.pop_size = max(2, pop_size)
@@ -113,11 +108,6 @@ class GATuner(Tuner):
         self.cx_indpb = cx_indpb
         self.sizes = [len(k) for k in space.knobs]
         self.mut_indpb = mut_indpb if mut_indpb is not None else max(1.0 / len(self.sizes), 0.1)
-        self.similarity_threshold = similarity_threshold
-        self.seed_frac = seed_frac
-        self.elite_frac = elite_frac
-        self.p_elite = p_elite
-        self.prior_weight = prior_weight
         self._py_state = random.Random(seed).getstate()
         self._encoder = encoder_for(space)
         self.toolbox = base.Toolbox()
@@ -312,9 +302,19 @@ class GuidedGATuner(GATuner):
         min_ranked: int = 8,
         immigrant_frac: float = 0.125,
         measure_order: str = "model",
+        similarity_threshold: float = SIMILARITY_FLOOR,
+        seed_frac: float = 1.0,
+        elite_frac: float = 0.25,
+        p_elite: float = 0.7,
+        prior_weight: float = 1.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        self.similarity_threshold = similarity_threshold
+        self.seed_frac = seed_frac
+        self.elite_frac = elite_frac
+        self.p_elite = p_elite
+        self.prior_weight = prior_weight
         if measure_order not in ("model", "turns"):
             raise ValueError(f"measure_order must be 'model' or 'turns', not {measure_order!r}")
         self.measure_order = measure_order

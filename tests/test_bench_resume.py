@@ -26,6 +26,7 @@ from bench_history_guided import (  # noqa: E402
     ReplayMeasurer,
     Run,
     as_dispatched,
+    dispatched_comparison,
     final_latency_test,
     final_latency_verdict,
     layer_at,
@@ -197,6 +198,11 @@ def test_each_layer_is_also_compared_as_autotune_would_dispatch_it():
     assert "| m:hi (0.90) | gga | 10 / 2 (5.0x) |" in table
     assert "| m:lo (0.50) | tl_xgb | 10 / 5 (2.0x) |" in table
     assert "| median ratio | | 3.5x |" in table
+    summary = dispatched_comparison([high, low], 10)  # what the result JSON's summary holds
+    assert [(e["layer"], e["tuner"], e["match_baseline"]["ratio"]) for e in summary["per_layer"]] == [
+        ("m:hi", "gga", 5.0), ("m:lo", "tl_xgb", 2.0)]
+    assert summary["median_ratio"]["match_baseline"] == 3.5
+    json.dumps(summary)  # JSON-ready
 
 
 def test_runs_side_by_side_see_what_they_see_alone(tmp_path):
