@@ -318,6 +318,7 @@ class GuidedGATuner(GATuner):
         if measure_order not in ("model", "turns"):
             raise ValueError(f"measure_order must be 'model' or 'turns', not {measure_order!r}")
         self.measure_order = measure_order
+        self._kept_before_results: tuple[np.ndarray, np.ndarray] | None = None
         self.rank_sources = rank_sources
         self.immigrant_frac = immigrant_frac
         self.min_ranked = min_ranked
@@ -336,8 +337,13 @@ class GuidedGATuner(GATuner):
         self.elite_dist: list[np.ndarray] = [np.full(s, 1.0 / s) for s in self.sizes]
 
     def _kept_priors(self, measured: Sequence[TrialResult]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of the priors the filter keeps, their similarity). Before any
+        result the answer never changes, and the first generation asks for it three times
+        (seeds, dictionary, measuring order): it is computed once."""
         if not self.priors:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if not measured and self._kept_before_results is not None:
+            return self._kept_before_results
         kept, idx = filter_priors(
             self.priors,
             self.layer_features,
@@ -348,6 +354,8 @@ class GuidedGATuner(GATuner):
             mapped=self._prior_mapped,
             return_indices=True,
         )
+        if not measured:
+            self._kept_before_results = (idx, kept.weights)
         return idx, kept.weights
 
     def _credibility(self, idx: np.ndarray, sims: np.ndarray) -> np.ndarray:

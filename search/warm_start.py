@@ -20,8 +20,8 @@ they rank on another layer: on ResNet-18's conv2d3 the first 32 configs by turns
 28th in turn. A ranker trained on all kept sources together, layer features included
 (as transfer XGBoost's prior model is), measures it 16th. Over six llvm layers (run 25)
 the guided GA then reaches the plain GA's final latency at trial 1, 1, 16, 5, 1 and 4
-instead of 8, 2, 28, 3, 1 and 1: later on two layers, by three trials each, and much
-sooner where turns did worst.
+instead of 8, 2, 28, 3, 1 and 1: later on two layers, by two and three trials, and
+much sooner where turns did worst.
 """
 
 from __future__ import annotations
