@@ -30,7 +30,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import xgboost as xgb  # noqa: E402
 
-__all__ = ["CostModel", "capped_rows"]
+__all__ = ["MAX_PRIOR_ROWS", "CostModel", "capped_rows"]
+
+#: History rows a transfer model trains on at most (:func:`capped_rows` picks them).
+MAX_PRIOR_ROWS = 20000
 
 
 def capped_rows(score: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:

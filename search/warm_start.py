@@ -96,25 +96,27 @@ def history_model_order(
     layer_features: Sequence[float],
     *,
     seed: int = 0,
-    max_rows: int = 20000,
+    max_rows: int | None = None,
 ) -> np.ndarray:
     """Positions of ``candidates`` (index rows of this layer's space), best first, as an
     XGBoost ranker trained on the prior rows scores them for this layer.
 
     The prior rows are ``configs`` measured on layers with ``config_layer_features``, at
     normalized performance ``perf`` on their workload ``groups``, weighted by
-    ``similarity`` (at most ``max_rows``, :func:`search.cost_model.capped_rows`).
+    ``similarity`` (at most ``max_rows``, default :data:`search.cost_model.MAX_PRIOR_ROWS`;
+    :func:`search.cost_model.capped_rows`).
     ``encoder`` featurizes configs with this layer's features (``encoder_for(space,
     len(layer_features))``). Ties keep the candidates' order, so an uninformative model
     leaves it as it was.
     """
-    from search.cost_model import CostModel, capped_rows
+    from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 
     candidates = np.asarray(candidates, dtype=np.int64)
     if not len(candidates) or not len(configs):
         return np.arange(len(candidates))
     perf, similarity, groups = (np.asarray(a) for a in (perf, similarity, groups))
-    rows = capped_rows(similarity * perf, max_rows, np.random.default_rng([int(seed) & 0xFFFFFFFF, len(perf)]))
+    cap = MAX_PRIOR_ROWS if max_rows is None else max_rows
+    rows = capped_rows(similarity * perf, cap, np.random.default_rng([int(seed) & 0xFFFFFFFF, len(perf)]))
     X = encoder.encode_configs([configs[i] for i in rows], [tuple(config_layer_features[i]) for i in rows])
     model = CostModel(seed=seed).fit(X, perf[rows], similarity[rows], groups[rows])
     scores = model.predict(encoder.encode_indices(candidates, layer_features))

@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from search.cost_model import CostModel, capped_rows
+from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 from search.features import FeatureEncoder, encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
 from search.source_weights import OWN, SourceRankers
@@ -66,7 +66,7 @@ class XGBTuner(Tuner):
         max_depth: int = 6,
         nthread: int = 2,
         similarity_threshold: float = SIMILARITY_FLOOR,
-        max_prior_rows: int = 20000,
+        max_prior_rows: int = MAX_PRIOR_ROWS,
         prior_seed_frac: float = 0.5,
         transfer: str = "margin",
         rank_sources: bool = True,
