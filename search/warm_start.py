@@ -30,7 +30,7 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["history_model_order", "history_seed_order"]
+__all__ = ["HistoryRanker", "history_model_order", "history_seed_order"]
 
 
 def history_seed_order(
@@ -85,6 +85,62 @@ def history_seed_order(
     return out
 
 
+class HistoryRanker:
+    """An XGBoost ranker of this layer's configs trained on history alone.
+
+    The prior rows are ``configs`` measured on layers with ``config_layer_features``, at
+    normalized performance ``perf`` on their workload ``groups``, weighted by
+    ``similarity`` (at most ``max_rows``, default :data:`search.cost_model.MAX_PRIOR_ROWS`;
+    :func:`search.cost_model.capped_rows`). One ranking group per source workload and
+    the layer features as columns, as transfer XGBoost's prior model: sources agree on
+    what makes a config good for a layer like this one, not on latencies.
+    ``encoder`` featurizes configs with this layer's features (``encoder_for(space,
+    len(layer_features))``).
+    """
+
+    def __init__(
+        self,
+        configs: Sequence[Mapping[str, Any]],
+        config_layer_features: Sequence[Sequence[float]],
+        perf: np.ndarray,
+        similarity: np.ndarray,
+        groups: np.ndarray,
+        encoder: Any,
+        layer_features: Sequence[float],
+        *,
+        seed: int = 0,
+        max_rows: int | None = None,
+    ) -> None:
+        from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
+
+        self.encoder = encoder
+        self.layer_features = list(layer_features)
+        self.model: CostModel | None = None
+        if not len(configs):
+            return
+        perf, similarity, groups = (np.asarray(a) for a in (perf, similarity, groups))
+        cap = MAX_PRIOR_ROWS if max_rows is None else max_rows
+        rows = capped_rows(similarity * perf, cap, np.random.default_rng([int(seed) & 0xFFFFFFFF, len(perf)]))
+        X = encoder.encode_configs([configs[i] for i in rows], [tuple(config_layer_features[i]) for i in rows])
+        self.model = CostModel(seed=seed).fit(X, perf[rows], similarity[rows], groups[rows])
+
+    def features(self, candidates: np.ndarray) -> np.ndarray:
+        """Feature rows of ``candidates`` (index rows of this layer's space)."""
+        return self.encoder.encode_indices(np.asarray(candidates, dtype=np.int64), self.layer_features)
+
+    def score(self, candidates: np.ndarray) -> np.ndarray:
+        """History's score of each candidate, higher = better (zeros with no priors)."""
+        candidates = np.asarray(candidates, dtype=np.int64)
+        if self.model is None or not len(candidates):
+            return np.zeros(len(candidates))
+        return self.model.predict(self.features(candidates))
+
+    def order(self, candidates: np.ndarray) -> np.ndarray:
+        """Positions of ``candidates``, best first. Ties keep the candidates' order, so
+        an uninformative model leaves it as it was."""
+        return np.argsort(-self.score(candidates), kind="stable")
+
+
 def history_model_order(
     candidates: np.ndarray,
     configs: Sequence[Mapping[str, Any]],
@@ -98,26 +154,13 @@ def history_model_order(
     seed: int = 0,
     max_rows: int | None = None,
 ) -> np.ndarray:
-    """Positions of ``candidates`` (index rows of this layer's space), best first, as an
-    XGBoost ranker trained on the prior rows scores them for this layer.
-
-    The prior rows are ``configs`` measured on layers with ``config_layer_features``, at
-    normalized performance ``perf`` on their workload ``groups``, weighted by
-    ``similarity`` (at most ``max_rows``, default :data:`search.cost_model.MAX_PRIOR_ROWS`;
-    :func:`search.cost_model.capped_rows`).
-    ``encoder`` featurizes configs with this layer's features (``encoder_for(space,
-    len(layer_features))``). Ties keep the candidates' order, so an uninformative model
-    leaves it as it was.
-    """
-    from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
-
+    """Positions of ``candidates`` (index rows of this layer's space), best first, as a
+    :class:`HistoryRanker` on the given prior rows scores them for this layer."""
     candidates = np.asarray(candidates, dtype=np.int64)
     if not len(candidates) or not len(configs):
         return np.arange(len(candidates))
-    perf, similarity, groups = (np.asarray(a) for a in (perf, similarity, groups))
-    cap = MAX_PRIOR_ROWS if max_rows is None else max_rows
-    rows = capped_rows(similarity * perf, cap, np.random.default_rng([int(seed) & 0xFFFFFFFF, len(perf)]))
-    X = encoder.encode_configs([configs[i] for i in rows], [tuple(config_layer_features[i]) for i in rows])
-    model = CostModel(seed=seed).fit(X, perf[rows], similarity[rows], groups[rows])
-    scores = model.predict(encoder.encode_indices(candidates, layer_features))
-    return np.argsort(-scores, kind="stable")
+    ranker = HistoryRanker(
+        configs, config_layer_features, perf, similarity, groups, encoder, layer_features,
+        seed=seed, max_rows=max_rows,
+    )
+    return ranker.order(candidates)

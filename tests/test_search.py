@@ -599,6 +599,48 @@ def test_gga_measure_order_changes_only_the_order():
         GuidedGATuner(space, priors=priors, measure_order="best")
 
 
+def _batches(tuner, bench, n: int) -> list[list[float]]:
+    """Latencies of ``n`` batches of a population's size, batch by batch: the first is
+    the first population, the rest bred."""
+    out = []
+    for _ in range(n):
+        cfgs = tuner.ask(tuner.pop_size)
+        results = bench.measure(cfgs)
+        tuner.tell(results)
+        out.append([r.latency if r.ok else np.inf for r in results])
+    return out
+
+
+def test_gga_screen_measures_the_children_a_surrogate_ranks_best():
+    """Breeding four children per place and measuring the quarter that history's ranker,
+    corrected by the layer's own results, scores best leaves the same first population
+    and better later generations."""
+    space, priors = _two_source_history()
+    bench = SynthBench(space)
+    gens = {}
+    for screen in (1, 4):
+        gens[screen] = [
+            _batches(GuidedGATuner(space, seed=s, priors=priors, layer_features=space.layer_features, screen=screen), bench, 3)
+            for s in range(3)
+        ]
+    for s in range(3):
+        assert gens[1][s][0] == gens[4][s][0]  # the first population is not bred
+    later = {k: float(np.median([lat for run in v for gen in run[1:] for lat in gen])) for k, v in gens.items()}
+    assert later[4] < later[1], later
+    with pytest.raises(ValueError, match="screen"):
+        GuidedGATuner(space, priors=priors, screen=0)
+
+
+def test_gga_screen_never_measures_a_config_twice():
+    """Screened children are new ones, as bred children are: no config measured twice."""
+    space, priors = _two_source_history()
+    bench = SynthBench(space)
+    tuner = GuidedGATuner(space, seed=5, priors=priors, layer_features=space.layer_features, screen=8)
+    _batches(tuner, bench, 4)
+    assert len(bench.calls) > 3 * tuner.pop_size  # three generations bred and screened
+    assert len(bench.calls) == len(set(bench.calls))
+
+
 def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors):
     """Where history fills only part of the first generation, the rest favours the genes
     history's elites carry."""
