@@ -23,7 +23,7 @@ history-based tuner:
   left MobileNetV2's finals higher (p = 0.006, run 23). Random genes still enter
   through mutation. The population is *measured* best first as a ranker trained on the
   kept priors predicts for this layer (``measure_order="model"``,
-  :func:`search.warm_start.history_model_order`; ``"turns"`` keeps warm-start order):
+  :class:`search.warm_start.HistoryRanker`; ``"turns"`` keeps warm-start order):
   the same 32 measurements, good ones sooner, which matters most when a layer's budget
   is smaller than one population;
 * an *elite-gene dictionary* -- per knob, a probability over candidates, built from the
@@ -436,7 +436,7 @@ class GuidedGATuner(GATuner):
 
     def _measure_first(self, pop: list[Any]) -> list[Any]:
         """The first population, best first as a ranker trained on the kept priors
-        predicts for this layer (:func:`search.warm_start.history_model_order`); with
+        predicts for this layer (:class:`search.warm_start.HistoryRanker`); with
         ``measure_order="turns"``, in warm-start order. Only the order changes: the
         population, and so every later generation, is the same either way."""
         if self.measure_order != "model" or not self.priors or not pop:
@@ -486,7 +486,7 @@ class GuidedGATuner(GATuner):
         n_fit, model = self._surrogate
         if n_fit == len(self._fit):
             return model
-        keys = [k for k, f in self._fit.items()]
+        keys = list(self._fit)
         fits = np.array([self._fit[k] for k in keys])
         model = None
         if int((fits > 0).sum()) >= self.min_ranked and len(np.unique(fits)) >= 2:

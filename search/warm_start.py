@@ -13,7 +13,7 @@ So the order here is by turns: the winner of every kept source layer (most simil
 first), then every layer's second best, and so on. The paper's guided GA seeds "the best
 configs of matched history layers"; this is that, applied to both guided tuners.
 
-Turns decide *which* configs; :func:`history_model_order` decides in which order the
+Turns decide *which* configs; :class:`HistoryRanker` decides in which order the
 guided GA measures them. A source's ranking of its own configs says little about how
 they rank on another layer: on ResNet-18's conv2d3 the first 32 configs by turns measure
 188 to 797 us but one, 151.2 us, the 14th best of a source at similarity 0.55 and so
@@ -30,7 +30,7 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["HistoryRanker", "history_model_order", "history_seed_order"]
+__all__ = ["HistoryRanker", "history_seed_order"]
 
 
 def history_seed_order(
@@ -140,27 +140,3 @@ class HistoryRanker:
         an uninformative model leaves it as it was."""
         return np.argsort(-self.score(candidates), kind="stable")
 
-
-def history_model_order(
-    candidates: np.ndarray,
-    configs: Sequence[Mapping[str, Any]],
-    config_layer_features: Sequence[Sequence[float]],
-    perf: np.ndarray,
-    similarity: np.ndarray,
-    groups: np.ndarray,
-    encoder: Any,
-    layer_features: Sequence[float],
-    *,
-    seed: int = 0,
-    max_rows: int | None = None,
-) -> np.ndarray:
-    """Positions of ``candidates`` (index rows of this layer's space), best first, as a
-    :class:`HistoryRanker` on the given prior rows scores them for this layer."""
-    candidates = np.asarray(candidates, dtype=np.int64)
-    if not len(candidates) or not len(configs):
-        return np.arange(len(candidates))
-    ranker = HistoryRanker(
-        configs, config_layer_features, perf, similarity, groups, encoder, layer_features,
-        seed=seed, max_rows=max_rows,
-    )
-    return ranker.order(candidates)
