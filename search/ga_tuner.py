@@ -44,8 +44,8 @@ are measured, best first. The surrogate is the history ranker that orders the fi
 population, corrected by a model of the layer's own results (margin transfer, as in
 transfer XGBoost). It only chooses among children bred from measured parents, so unlike
 a model searching the whole space it cannot lead far from evidence. Run 26 (six llvm
-layers, ten seeds, real measurements): no layer's finals higher, lower on conv2d1 and
-MobileNetV2 by a rank test (p = 0.0023, 0.012; MobileNetV2's median 16.4 to 14.7 us), and
+layers, ten seeds, real measurements), by a rank test: no layer's finals higher, lower
+on conv2d1 and MobileNetV2 (p = 0.0023, 0.012; MobileNetV2's median 16.4 to 14.7 us), and
 cold XGBoost's final latency reached sooner on conv2d7 (trial 60 to 38) and MobileNetV2
 (65.5 to 52). ``screen=1`` measures the children as bred.
 
