@@ -471,12 +471,12 @@ class GuidedGATuner(GATuner):
         """
         if self.screen <= 1 or len(bred) <= n:
             return bred[:n]
-        keys = np.array([tuple(ind) for ind in bred], dtype=np.int64)
         ranker = self._history_ranker()
-        scores = ranker.score(keys)
+        X = ranker.features(np.array([tuple(ind) for ind in bred], dtype=np.int64))
+        scores = ranker.predict(X)
         model = self._own_model()
         if model is not None:
-            scores = model.predict(ranker.features(keys), base_margin=scores)
+            scores = model.predict(X, base_margin=scores)
         order = np.argsort(-scores, kind="stable")[:n]
         return [bred[i] for i in order]
 
@@ -490,11 +490,9 @@ class GuidedGATuner(GATuner):
         fits = np.array([self._fit[k] for k in keys])
         model = None
         if int((fits > 0).sum()) >= self.min_ranked and len(np.unique(fits)) >= 2:
-            rows = np.array(keys, dtype=np.int64)
             ranker = self._history_ranker()
-            model = CostModel(seed=self._seed).fit(
-                ranker.features(rows), fits / fits.max(), base_margin=ranker.score(rows)
-            )
+            X = ranker.features(np.array(keys, dtype=np.int64))
+            model = CostModel(seed=self._seed).fit(X, fits / fits.max(), base_margin=ranker.predict(X))
         self._surrogate = (len(self._fit), model)
         return model
 

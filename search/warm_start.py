@@ -128,12 +128,16 @@ class HistoryRanker:
         """Feature rows of ``candidates`` (index rows of this layer's space)."""
         return self.encoder.encode_indices(np.asarray(candidates, dtype=np.int64), self.layer_features)
 
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """History's score of feature rows ``X`` (from :meth:`features`), higher = better;
+        zeros with no priors. For callers that feed the same rows to another model too."""
+        if self.model is None or not len(X):
+            return np.zeros(len(X))
+        return self.model.predict(X)
+
     def score(self, candidates: np.ndarray) -> np.ndarray:
         """History's score of each candidate, higher = better (zeros with no priors)."""
-        candidates = np.asarray(candidates, dtype=np.int64)
-        if self.model is None or not len(candidates):
-            return np.zeros(len(candidates))
-        return self.model.predict(self.features(candidates))
+        return self.predict(self.features(candidates))
 
     def order(self, candidates: np.ndarray) -> np.ndarray:
         """Positions of ``candidates``, best first. Ties keep the candidates' order, so
