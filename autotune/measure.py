@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import statistics
+import struct
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -213,9 +215,63 @@ def _parse_rpc(text: str) -> tuple[str, int, str]:
     from autotune.errors import AutotuneError
 
     parts = text.split(":")
-    if len(parts) != 3 or not parts[1].isdigit():
+    if len(parts) != 3 or not parts[0] or not parts[2] or not parts[1].isdigit() or not 0 < int(parts[1]) < 65536:
         raise AutotuneError(f"--rpc must be HOST:PORT:KEY of an RPC tracker, not {text!r}")
     return parts[0], int(parts[1]), parts[2]
+
+
+#: Seconds to wait for the tracker to accept and answer before ``--rpc`` is refused.
+_TRACKER_PROBE_TIMEOUT = 5.0
+
+
+def check_rpc(text: str, timeout: float | None = None) -> tuple[str, int, str]:
+    """Parse ``HOST:PORT:KEY`` and ask that tracker whether a server is registered under KEY.
+
+    Raises :class:`AutotuneError` (one line for the user) when it is not, before anything
+    is written. Without this check meta-schedule's ``RPCRunner`` finds out only inside its
+    worker, per candidate: it retries a refused connection every 5 s, gives up after
+    ``session_timeout_sec`` (our ``run_timeout``, 30 s) with a run error and a traceback on
+    stderr, and does that again for every candidate; a 4-trial tune took 2 min 51 s and
+    exited 0 with nothing measured. A tracker with no server under the key is worse: it
+    queues the request forever, so the tune hangs. (A busy server stays listed: it keeps
+    its tracker connection open while serving.)
+    """
+    from autotune.errors import AutotuneError
+
+    host, port, key = _parse_rpc(text)
+    timeout = _TRACKER_PROBE_TIMEOUT if timeout is None else timeout
+    try:
+        summary = _tracker_summary(host, port, timeout)
+    except (OSError, ValueError) as err:  # refused, unresolvable, silent, or not a tracker
+        reason = f"no answer in {timeout:g} s" if isinstance(err, socket.timeout) else (str(err) or type(err).__name__)
+        raise AutotuneError(f"--rpc {text}: cannot reach an RPC tracker at {host}:{port} ({reason})") from None
+    keys = sorted({str(s.get("key", "")).partition(":")[2] for s in summary.get("server_info", [])} - {""})
+    if key not in keys:
+        raise AutotuneError(
+            f"--rpc {text}: no RPC server is registered under key {key!r} with the tracker at {host}:{port}"
+            f" (registered keys: {', '.join(keys) or 'none'})"
+        )
+    return host, port, key
+
+
+def _tracker_summary(host: str, port: int, timeout: float) -> dict[str, Any]:
+    """The tracker's ``SUMMARY`` answer, over a socket that gives up after ``timeout`` s.
+
+    TVM's own ``connect_tracker`` retries refused connections for 60 s and has no read
+    timeout, hence this small client of the same protocol (tvm.rpc.base constants).
+    """
+    from tvm.rpc import base
+
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+            raise ValueError("not a TVM RPC tracker")
+        base.sendjson(sock, [base.TrackerCode.SUMMARY])
+        value = base.recvjson(sock)
+    if not (isinstance(value, list) and len(value) == 2 and value[0] == base.TrackerCode.SUCCESS and isinstance(value[1], dict)):
+        raise ValueError(f"unexpected answer to SUMMARY: {str(value)[:100]}")
+    return value[1]
 
 
 def _short(text: str, limit: int = 2000) -> str:

@@ -40,7 +40,15 @@ class TuneOptions:
 
 
 def ensure_measurable(target: TargetSpec, rpc: str | None) -> None:
-    """Tuning measures: refuse early, before anything is written, when it cannot."""
+    """Tuning measures: refuse early, before anything is written, when it cannot.
+
+    With ``rpc``, the tracker is asked now whether a server is registered under the key:
+    finding out inside the runner costs minutes of failed trials, or hangs for good.
+    """
+    if rpc:
+        from autotune.measure import check_rpc
+
+        check_rpc(rpc)
     if not (target.has_device or rpc):
         raise AutotuneError(
             f"cannot measure on {target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"

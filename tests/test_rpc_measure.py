@@ -1,0 +1,248 @@
+"""Measuring through a real TVM RPC tracker and server (``autotune tune --rpc``), on llvm.
+
+A tracker and one server registered under a key run on 127.0.0.1 for the whole module.
+The server writes its log (``connected from ...``, ``load_module ...``) to a file, which
+is how the tests see that candidates were really timed by the server and not locally.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+tvm = pytest.importorskip("tvm")
+
+from tvm import te  # noqa: E402
+
+from autotune import measure  # noqa: E402
+from autotune.cli import main  # noqa: E402
+from autotune.measure import MeasureOptions, Measurer  # noqa: E402
+from autotune.target import resolve_target  # noqa: E402
+from history import open_history  # noqa: E402
+
+KEY = "autotune-test"
+
+
+def _free_port() -> int:
+    """A port nothing listens on right now (the kernel's pick, released again)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _server_log_to(path: str):
+    """The server's ``server_init_callback``: its log goes to ``path``, not to stderr.
+
+    A closure, so that cloudpickle sends it by value to the server's worker process
+    (which cannot import this test module). Session processes are forked from that
+    worker and inherit the handler.
+    """
+
+    def init() -> None:
+        import logging
+
+        log = logging.getLogger("RPCServer")
+        for handler in list(log.handlers):
+            log.removeHandler(handler)
+        log.addHandler(logging.FileHandler(path))
+        log.setLevel(logging.INFO)
+
+    return init
+
+
+def _wait_registered(host: str, port: int, key: str, timeout: float = 30.0) -> dict:
+    from tvm import rpc
+
+    deadline = time.monotonic() + timeout
+    while True:
+        summary = rpc.connect_tracker(host, port).summary()
+        if any(s["key"] == f"server:{key}" for s in summary["server_info"]):
+            return summary
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"RPC server never registered with the tracker: {summary}")
+        time.sleep(0.1)
+
+
+class RPCSetup:
+    def __init__(self, host: str, port: int, key: str, log: Path) -> None:
+        self.host, self.port, self.key, self.log = host, port, key, log
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}:{self.key}"
+
+    def loads(self) -> int:
+        """Modules the server has loaded so far: one per candidate it timed."""
+        return self.log.read_text().count("load_module ") if self.log.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def rpc_setup(tmp_path_factory):
+    """A real tracker and one server registered under KEY, both on 127.0.0.1."""
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    log = tmp_path_factory.mktemp("rpc") / "server.log"
+    # Tracker and Server bind the first free port in [port, port_end).
+    start = _free_port()
+    tracker = Tracker("127.0.0.1", port=start, port_end=start + 100, silent=True)
+    server = None
+    try:
+        start = _free_port()
+        server = Server(
+            "127.0.0.1", port=start, port_end=start + 100, tracker_addr=("127.0.0.1", tracker.port), key=KEY,
+            server_init_callback=_server_log_to(str(log)),
+        )
+        _wait_registered("127.0.0.1", tracker.port, KEY)
+        yield RPCSetup("127.0.0.1", tracker.port, KEY, log)
+    finally:
+        if server is not None:
+            server.terminate()
+        tracker.terminate()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _matmul(n: int):
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")})
+
+
+def _one_layer_model(path: Path) -> Path:
+    """MatMul+Relu with static shapes: a single tunable layer."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "one_layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 16])],
+        [w],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+# --- the happy path ---------------------------------------------------------------------------
+def test_measurer_times_on_the_rpc_server(rpc_setup):
+    from tvm.s_tir import meta_schedule as ms
+
+    measurer = Measurer(resolve_target("llvm"), MeasureOptions(repeat=2, min_repeat_ms=1, build_workers=1, rpc=rpc_setup.address))
+    try:
+        assert isinstance(measurer.runner, ms.runner.RPCRunner)
+        assert (measurer.runner.rpc_config.tracker_port, measurer.runner.rpc_config.tracker_key) == (rpc_setup.port, KEY)
+        before = rpc_setup.loads()
+        results = measurer.measure([_matmul(8), _matmul(16)])
+    finally:
+        measurer.close()
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    assert all(len(r.samples) == 2 and all(math.isfinite(s) and s > 0 for s in r.samples) for r in results)
+    assert rpc_setup.loads() - before == 2  # both candidates were loaded and timed by the server
+
+
+def test_cli_tune_measures_through_rpc(rpc_setup, workdir, capsys):
+    model = _one_layer_model(workdir / "one.onnx")
+    before = rpc_setup.loads()
+    code = main([
+        "tune", str(model), "--target", "llvm", "--trials", "4", "--batch", "4", "--tuner", "random",
+        "--repeat", "2", "--rpc", rpc_setup.address, "--history", "rpc.db", "--no-mlflow", "--quiet", "--json",
+        "--no-verify", "--no-model-latency", "--out-dir", str(workdir / "run"),
+    ])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert [l["trials"] for l in report["layers"]] == [4]
+    with open_history(str(workdir / "rpc.db"), readonly=True) as store:
+        records = store.records()
+    tuned = [r for r in records if r.tuner == "random" and r.status != "invalid"]
+    assert len(tuned) == 4
+    timed = [r for r in records if r.status in ("ok", "run_error", "timeout")]  # built, so sent to the runner
+    ok = [r for r in records if r.status == "ok"]
+    assert ok and any(r.tuner == "random" for r in ok), [(r.status, r.error) for r in records]
+    assert all(math.isfinite(r.latency_median) and r.latency_median > 0 for r in ok)
+    assert report["layers"][0]["best_latency"] == min(r.latency_median for r in ok)
+    # every candidate that reached the runner (4 tuned + the default schedule) went to the server
+    assert len(ok) <= rpc_setup.loads() - before <= len(timed)
+    assert len(timed) >= 4
+
+
+# --- refusals: one line, exit 2, nothing written, no waiting --------------------------------------
+def _tune_rpc(address: str) -> list[str]:
+    return ["tune", "model-not-read.onnx", "--target", "llvm", "--trials", "4", "--rpc", address,
+            "--history", "tune.db", "--no-mlflow", "--quiet"]
+
+
+def _refused(capsys, workdir, address: str, *contains: str) -> str:
+    """The refusal comes from the check before tuning (a hang would stall the test, not
+    pass it): one error line, exit 2, no history written."""
+    rc = main(_tune_rpc(address))  # a traceback would surface here as an exception
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: "), err
+    assert "Traceback" not in err
+    for word in contains:
+        assert word in lines[0], (word, lines[0])
+    assert not (workdir / "tune.db").exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize("bad", ["nonsense", "127.0.0.1:9190", "127.0.0.1:port:key", "127.0.0.1:99999:key", ":9190:key", "127.0.0.1:9190:"])
+def test_malformed_rpc_value(capsys, workdir, bad):
+    _refused(capsys, workdir, bad, "--rpc must be HOST:PORT:KEY", repr(bad))
+
+
+def test_tracker_not_listening(capsys, workdir):
+    port = _free_port()
+    _refused(capsys, workdir, f"127.0.0.1:{port}:{KEY}", "cannot reach an RPC tracker", f"127.0.0.1:{port}")
+
+
+def test_silent_listener_is_not_waited_on(capsys, workdir, monkeypatch):
+    """Something accepts connections but never answers: give up after the probe timeout."""
+    monkeypatch.setattr(measure, "_TRACKER_PROBE_TIMEOUT", 0.5)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        _refused(capsys, workdir, f"127.0.0.1:{port}:{KEY}", "cannot reach an RPC tracker", "no answer")
+
+
+def test_something_else_listens_there(capsys, workdir):
+    """A port that answers, but not with the tracker's magic number."""
+    import threading
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(4)
+                conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        _refused(capsys, workdir, f"127.0.0.1:{port}:{KEY}", "cannot reach an RPC tracker", "not a TVM RPC tracker")
+        thread.join(5)
+
+
+def test_no_server_under_that_key(capsys, workdir, rpc_setup):
+    """A tracker with no server for the key would queue the request forever."""
+    line = _refused(capsys, workdir, f"{rpc_setup.host}:{rpc_setup.port}:other-key", "no RPC server", "'other-key'")
+    assert KEY in line  # names the keys that are registered
