@@ -9,6 +9,7 @@ and ``BEGIN IMMEDIATE`` writes so several processes can share one file.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import os
 import random
@@ -66,6 +67,8 @@ CONNECT_TIMEOUT_S = 5
 WAL_SWITCH_WAIT_S = 5.0
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _BEGIN_OPTION = "history_begin"
+#: PostgreSQL advisory-lock key taken while creating tables (any fixed 64-bit number).
+_PG_SCHEMA_LOCK = 0x6175746F74756E65  # "autotune"
 
 
 def utc_now() -> str:
@@ -145,9 +148,14 @@ def _check_str(name: str, value: Any) -> str:
 
 
 def _truncate(error: str | None) -> str | None:
+    """Error text as stored: NUL written as ``\\x00``, cut to MAX_ERROR_CHARS.
+
+    Compiler and crash output can hold NUL bytes; PostgreSQL text cannot, and refusing the
+    record would stop a tuning run over a diagnostic. Both backends store the same text.
+    """
     if error is None:
         return None
-    error = str(error)
+    error = str(error).replace("\x00", "\\x00")
     return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 3] + "..."
 
 
@@ -377,6 +385,13 @@ class HistoryStore:
         connect_args: dict[str, Any] = {}
         if url.get_backend_name() == "postgresql":
             connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+        if url.drivername == "postgresql":
+            # A URL naming no driver means "whichever is installed": SQLAlchemy 2.0 would
+            # insist on psycopg2 (2.1 on psycopg), while the `postgres` extra installs psycopg.
+            for driver in ("psycopg", "psycopg2"):
+                if importlib.util.find_spec(driver) is not None:
+                    url = url.set(drivername=f"postgresql+{driver}")
+                    break
         try:
             self._engine = create_engine(url, connect_args=connect_args, pool_pre_ping=True)
         except NoSuchModuleError:
@@ -412,6 +427,11 @@ class HistoryStore:
                 writable = not set(schema.metadata.tables) <= set(inspect(conn).get_table_names())
         ctx = self._write("create tables") if writable else self._read()
         with ctx as conn:
+            if writable and conn.dialect.name == "postgresql":
+                # Two processes opening a new database at once would both CREATE TABLE and
+                # the second fail on PostgreSQL's catalog (SQLite's BEGIN IMMEDIATE already
+                # serializes this). Held to commit: the next one in sees the tables made.
+                conn.execute(select(func.pg_advisory_xact_lock(_PG_SCHEMA_LOCK)))
             names = set(inspect(conn).get_table_names())
             if "meta" not in names:
                 if names:
