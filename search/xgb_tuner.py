@@ -24,15 +24,16 @@ it measured worse in run 12) the layer's own model competes with the sources, an
 history's margin counts only by the share the sources win.
 
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
-narrow region is confidently wrong elsewhere and only exploration can show it. With
-``diversity`` > 1 the rest of the batch is not the model's top n but a pick from its
-top ``diversity`` x n that covers the most knob values (AutoTVM's diversity filter).
+narrow region is confidently wrong elsewhere and only exploration can show it. Picking
+the model's batch for knob-value coverage instead (AutoTVM's diversity filter, run 28 in
+``benchmarks/HISTORY_GUIDED.md``) moved no layer's finals by a rank test, helped on one
+layer and leaned higher on four: not kept.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -73,7 +74,6 @@ class XGBTuner(Tuner):
         transfer: str = "margin",
         rank_sources: bool = True,
         rank_own: bool = False,
-        diversity: float = 1.0,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -90,9 +90,6 @@ class XGBTuner(Tuner):
         if rank_own and not rank_sources:
             raise ValueError("rank_own competes with the source rankers: it needs rank_sources")
         self.rank_own = rank_own
-        if diversity < 1:
-            raise ValueError(f"diversity must be at least 1 (1 = off), not {diversity}")
-        self.diversity = float(diversity)
         # How far history's margin counts under margin transfer: 1 minus the share the
         # layer's own model wins against the sources (rank_own), else 1.
         self.prior_scale = 1.0
@@ -418,49 +415,12 @@ class XGBTuner(Tuner):
                 if len(out) >= quota:
                     break
                 take(idx)
-        ranked = (idx for idx, _ in self._anneal())
-        if self.diversity > 1:
-            ranked = iter(self._diverse(ranked, n_model - len(out), taken))
-        for idx in ranked:
+        for idx, _ in self._anneal():
             if len(out) >= n_model:
                 break
             take(idx)
         out += self._random_configs(n - len(out), taken)
         return out
-
-    def _diverse(self, ranked: Iterable[tuple[int, ...]], n: int, taken: set[str]) -> list[tuple[int, ...]]:
-        """``n`` of the best ``diversity * n`` new configs in ``ranked`` (best first),
-        picked greedily to cover the most knob values not yet in the batch, ties to the
-        better ranked (AutoTVM's ``diversity_filter_ratio``, a submodular pick).
-
-        A ranker trained on a narrow region ranks its neighbours of one schedule on top:
-        on conv2d3 seven of ten transfer runs ended with the same reduction tile, which
-        the best known configs do not use. Covering values spreads a batch over the
-        model's near-best alternatives, so the model sees evidence on them.
-        """
-        pool: list[tuple[int, ...]] = []
-        keys: set[str] = set()
-        want = int(math.ceil(self.diversity * n))
-        for idx in ranked:
-            if len(pool) >= want:
-                break
-            cfg = self.space.from_indices(idx)
-            key = config_to_json(cfg)
-            if key in taken or key in keys or key in self.state.seen or not self.space.is_plausible(cfg):
-                continue
-            keys.add(key)
-            pool.append(idx)
-        chosen: list[tuple[int, ...]] = []
-        covered: list[set[int]] = [set() for _ in self._sizes]
-        left = list(range(len(pool)))
-        while left and len(chosen) < n:
-            gains = [sum(v not in covered[k] for k, v in enumerate(pool[i])) for i in left]
-            best = left[int(np.argmax(gains))]  # argmax: the first of equals, the best ranked
-            left.remove(best)
-            chosen.append(pool[best])
-            for k, v in enumerate(pool[best]):
-                covered[k].add(v)
-        return sorted(chosen, key=pool.index)
 
 
 class TransferXGBTuner(XGBTuner):

@@ -641,30 +641,6 @@ def test_gga_screen_never_measures_a_config_twice():
     assert len(bench.calls) == len(set(bench.calls))
 
 
-def test_tl_xgb_diversity_spreads_model_batches_over_knob_values():
-    """With ``diversity`` the model's batch is a pick from its best ``diversity`` x n
-    configs that covers the most knob values: its batches hold more distinct values per
-    knob than the plain top-n, and still never a config measured before."""
-    space, priors = _two_source_history()
-    covered = {}
-    for diversity in (1, 4):
-        per_batch = []
-        for s in range(3):
-            bench = SynthBench(space)
-            tuner = make_tuner("tl_xgb", space, seed=s, priors=priors, layer_features=space.layer_features,
-                               diversity=diversity, epsilon=0.0)
-            for b in range(4):
-                cfgs = tuner.ask(8)
-                tuner.tell(bench.measure(cfgs))
-                if b:  # after the warm start: the model's own picks
-                    per_batch.append(len({(k, json.dumps(c[k])) for c in cfgs for k in space.knob_names}))
-            assert len(bench.calls) == len(set(bench.calls)) == 32
-        covered[diversity] = float(np.mean(per_batch))
-    assert covered[4] > covered[1], covered
-    with pytest.raises(ValueError, match="diversity"):
-        make_tuner("tl_xgb", space, priors=priors, diversity=0.5)
-
-
 def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors):
     """Where history fills only part of the first generation, the rest favours the genes
     history's elites carry."""
