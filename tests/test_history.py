@@ -421,27 +421,31 @@ print("done", tag)
 """
 
 
-@pytest.mark.parametrize("fresh", [False, True], ids=["existing-file", "both-create-the-file"])
-def test_two_processes_write_the_same_file(tmp_path: Path, fresh: bool) -> None:
-    path = tmp_path / "h.db"
+def check_two_writers(location: str, tmp_path: Path, fresh: bool, n: int) -> None:
+    """Two processes write ``n`` records each into one history at once (``fresh``: both
+    also create it): every record lands, once, under its own run."""
     if not fresh:
-        open_history(path).close()
+        open_history(location).close()
     go = tmp_path / "go"
-    n = 60
-    procs = [_run_script(WRITER, str(path), tag, str(n), str(go)) for tag in ("A", "B")]
+    procs = [_run_script(WRITER, location, tag, str(n), str(go)) for tag in ("A", "B")]
     time.sleep(0.5)  # let both interpreters start, then release them together
     go.touch()
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         assert out.startswith("done")
-    with open_history(path) as store:
+    with open_history(location) as store:
         assert len(store.targets()) == 1 and len(store.workloads()) == 1
         records = store.records()
         assert len(records) == 2 * n
         for tag in ("A", "B"):
             assert sorted(r.config["i"] for r in records if r.run_id == tag) == list(range(n))
         assert {r["run_id"]: r["n_records"] for r in store.runs()} == {"A": n, "B": n}
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["existing-file", "both-create-the-file"])
+def test_two_processes_write_the_same_file(tmp_path: Path, fresh: bool) -> None:
+    check_two_writers(str(tmp_path / "h.db"), tmp_path, fresh, 60)
 
 
 def test_disk_full_rolls_back_and_reports(tmp_path: Path) -> None:

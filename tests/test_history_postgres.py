@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,8 +32,8 @@ from tests.test_history import (
     CPU,
     DENSE,
     GPU,
-    WRITER,
     _run_script,
+    check_two_writers,
     populated,
     record_dicts,
 )
@@ -340,24 +339,7 @@ def test_records_survive_sigkill(url: str) -> None:
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["existing-tables", "both-create-the-tables"])
 def test_two_processes_write_the_same_database(url: str, tmp_path: Path, fresh: bool) -> None:
-    if not fresh:
-        open_history(url).close()
-    go = tmp_path / "go"
-    n = 40
-    procs = [_run_script(WRITER, url, tag, str(n), str(go)) for tag in ("A", "B")]
-    time.sleep(0.5)  # let both interpreters start, then release them together
-    go.touch()
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
-        assert out.startswith("done")
-    with open_history(url) as store:
-        assert len(store.targets()) == 1 and len(store.workloads()) == 1
-        records = store.records()
-        assert len(records) == 2 * n
-        for tag in ("A", "B"):
-            assert sorted(r.config["i"] for r in records if r.run_id == tag) == list(range(n))
-        assert {r["run_id"]: r["n_records"] for r in store.runs()} == {"A": n, "B": n}
+    check_two_writers(url, tmp_path, fresh, 40)
 
 
 # ------------------------------------------------------------------ export/import
