@@ -254,8 +254,9 @@ def check_rpc(text: str, timeout: float | None = None) -> tuple[str, int, str]:
     return host, port, key
 
 
-def _tracker_summary(host: str, port: int, timeout: float) -> dict[str, Any]:
-    """The tracker's ``SUMMARY`` answer, over a socket that gives up after ``timeout`` s.
+def tracker_call(host: str, port: int, message: list[Any], timeout: float) -> Any:
+    """Send one message to the tracker and return its answer, over a socket that gives up
+    after ``timeout`` s (``socket.timeout``, an ``OSError``) at every step.
 
     TVM's own ``connect_tracker`` retries refused connections for 60 s and has no read
     timeout, hence this small client of the same protocol (tvm.rpc.base constants).
@@ -267,8 +268,15 @@ def _tracker_summary(host: str, port: int, timeout: float) -> dict[str, Any]:
         sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
         if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
             raise ValueError("not a TVM RPC tracker")
-        base.sendjson(sock, [base.TrackerCode.SUMMARY])
-        value = base.recvjson(sock)
+        base.sendjson(sock, message)
+        return base.recvjson(sock)
+
+
+def _tracker_summary(host: str, port: int, timeout: float) -> dict[str, Any]:
+    """The tracker's ``SUMMARY`` answer (see :func:`tracker_call`)."""
+    from tvm.rpc import base
+
+    value = tracker_call(host, port, [base.TrackerCode.SUMMARY], timeout)
     if not (isinstance(value, list) and len(value) == 2 and value[0] == base.TrackerCode.SUCCESS and isinstance(value[1], dict)):
         raise ValueError(f"unexpected answer to SUMMARY: {str(value)[:100]}")
     return value[1]

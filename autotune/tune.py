@@ -148,6 +148,8 @@ class TuneSession:
             "tuner": opts.tuner,
             "versions": {"autotune": _version(), "tvm": tvm.__version__},
             "roofline": peaks.to_dict(),
+            # where candidates, winners' checks and the model timing ran (None: this machine)
+            "rpc": opts.measure.rpc,
             "layers": [],
         }
         self.decomposition = layers
@@ -183,8 +185,22 @@ class TuneSession:
             ]})
         return report
 
+    def _remote(self):
+        """The ``--rpc`` device for one step (a context manager), or None without ``--rpc``.
+
+        One session per step, not per tune: the server serves one session at a time, and
+        the runner needs it between steps.
+        """
+        from contextlib import nullcontext
+
+        from autotune.remote import RemoteDevice
+
+        rpc = self.options.measure.rpc
+        return RemoteDevice(rpc, self.target.kind) if rpc else nullcontext(None)
+
     def model_latency(self, mod, layers, *, use_history: bool) -> float | None:
-        """Whole-model latency on the device, default schedules or history's best."""
+        """Whole-model latency on the device (the ``--rpc`` server's, if given), default
+        schedules or history's best."""
         import numpy as np
         import tvm
         from tvm import relax
@@ -196,15 +212,22 @@ class TuneSession:
             if use_history:
                 work, _ = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
             ex = compiler.build(work, self.target)
-            dev = self.target.device()
-            vm = relax.VirtualMachine(ex, dev)
-            rng = np.random.default_rng(0)
-            args = [
-                tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev)
-                for shape, dtype in zip(self._input_shapes, self._input_dtypes)
-            ]
-            timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
-            return float(np.median(timer(*args).results))
+            with self._remote() as remote:
+                dev = self.target.device() if remote is None else remote.device()
+                vm = relax.VirtualMachine(ex if remote is None else remote.load(ex, "model"), dev)
+                rng = np.random.default_rng(0)
+                args = [
+                    tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev)
+                    for shape, dtype in zip(self._input_shapes, self._input_dtypes)
+                ]
+                if remote is None:
+                    timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
+                    return float(np.median(timer(*args).results))
+                # Over RPC the stateful form: inputs set once, and nothing (a tuple, say)
+                # returned across the connection per call.
+                vm.set_input("main", *args)
+                timer = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=3, min_repeat_ms=50)
+                return float(np.median(timer("main").results))
         except Exception as err:  # a model-level timing failure must not lose the tune
             self.reporter.message(f"model latency not measured: {str(err).strip().splitlines()[-1][:200]}")
             return None
@@ -366,20 +389,26 @@ class TuneSession:
         return [r for r in results if r is not None], len(slots)
 
     def _verify_best(self, layer, space):
-        """Check the fastest unverified candidates against the reference until one holds."""
+        """Check the fastest unverified candidates against the reference until one holds.
+
+        With ``--rpc`` they run on the server (one session for the layer's checks), where
+        they were timed; no session there raises :class:`AutotuneError`, and the record
+        stays unchecked rather than being marked wrong.
+        """
         from autotune import verify
 
-        for _ in range(VERIFY_CANDIDATES):
-            rec = self.store.best(layer.workload_key, self.target.key)
-            if rec is None or rec.verified is True:
-                return rec
-            if rec.space_id != space.space_id or not space.contains(rec.config):
-                return rec
-            problem = verify.check(space.apply(rec.config), layer.func, self.target)
-            self.store.set_verified(rec.id, problem is None, problem)
-            if problem is None:
-                return self.store.best(layer.workload_key, self.target.key)
-            self.reporter.message(f"{layer.name}: record {rec.id} rejected: {problem}")
+        with self._remote() as remote:
+            for _ in range(VERIFY_CANDIDATES):
+                rec = self.store.best(layer.workload_key, self.target.key)
+                if rec is None or rec.verified is True:
+                    return rec
+                if rec.space_id != space.space_id or not space.contains(rec.config):
+                    return rec
+                problem = verify.check(space.apply(rec.config), layer.func, self.target, remote=remote)
+                self.store.set_verified(rec.id, problem is None, problem)
+                if problem is None:
+                    return self.store.best(layer.workload_key, self.target.key)
+                self.reporter.message(f"{layer.name}: record {rec.id} rejected: {problem}")
         return self.store.best(layer.workload_key, self.target.key)
 
 

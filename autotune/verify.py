@@ -2,13 +2,16 @@
 
 A schedule is only a loop transformation, so the tuned kernel must compute what the
 plain loop nest computes. The reference always runs on the host CPU (LLVM), so the
-check needs nothing beyond the device the candidate itself runs on.
+check needs nothing beyond the device the candidate itself runs on. With ``--rpc`` that
+device is the server's (:mod:`autotune.remote`): the candidate is built here and run
+there, where it was timed, and the outputs come back to be compared here.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from autotune.remote import RemoteDevice
 from autotune.target import TargetSpec
 
 
@@ -27,27 +30,43 @@ def random_args(func, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def run_module(mod, target, device, arrays: list[np.ndarray]) -> list[np.ndarray]:
+def run_module(mod, target, device, arrays: list[np.ndarray], *, remote: RemoteDevice | None = None) -> list[np.ndarray]:
+    """Build ``mod`` here and run it on ``device``: a local one, or with ``remote`` the
+    ``--rpc`` server's (the library is uploaded there and loaded first)."""
     import tvm
 
     with target:
         lib = tvm.compile(mod, target=target)
+    if remote is not None:
+        lib = remote.load(lib, "verify")
     tensors = [tvm.runtime.tensor(a, device) for a in arrays]
     lib["main"](*tensors)
     return [t.numpy() for t in tensors]
 
 
-def check(mod, func, target: TargetSpec, *, seed: int = 0, rtol: float = 1e-3, atol: float = 1e-4) -> str | None:
-    """None when ``mod`` (scheduled) matches ``func`` (reference); else what differs."""
+def check(
+    mod, func, target: TargetSpec, *, remote: RemoteDevice | None = None, seed: int = 0, rtol: float = 1e-3, atol: float = 1e-4
+) -> str | None:
+    """None when ``mod`` (scheduled) matches ``func`` (reference); else what differs.
+
+    With ``remote`` the candidate runs on that device. Its session is had before the
+    candidate is touched: not getting one (an :class:`AutotuneError`) says nothing about
+    the candidate, so it is raised, not returned as a failed check.
+    """
     import tvm
 
     from autotune.defaults import as_module
 
     arrays = random_args(func, seed)
+    device = target.device() if remote is None else remote.device()
     try:
-        got = run_module(mod, target.tvm_target, target.device(), arrays)
+        got = run_module(mod, target.tvm_target, device, arrays, remote=remote)
     except Exception as err:  # a schedule that builds in a worker but fails here
-        return f"candidate failed to run: {str(err).strip().splitlines()[-1][:300]}"
+        where = ""
+        if remote is not None:
+            remote.close()  # a crash may have ended the session: the next candidate gets a fresh one
+            where = " on the RPC server"
+        return f"candidate failed to run{where}: {str(err).strip().splitlines()[-1][:300]}"
     host = tvm.target.Target({"kind": "llvm"})
     want = run_module(as_module(func), host, tvm.cpu(0), arrays)
     for i, (g, w) in enumerate(zip(got, want)):

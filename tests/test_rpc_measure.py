@@ -2,7 +2,9 @@
 
 A tracker and one server registered under a key run on 127.0.0.1 for the whole module.
 The server writes its log (``connected from ...``, ``load_module ...``) to a file, which
-is how the tests see that candidates were really timed by the server and not locally.
+is how the tests see that candidates were really timed by the server and not locally, and
+that the winner's check and the model timing ran there too (their uploads are named
+``autotune-verify-<n>.so`` and ``autotune-model-<n>.so``; the runner's are not).
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ tvm = pytest.importorskip("tvm")
 
 from tvm import te  # noqa: E402
 
-from autotune import measure  # noqa: E402
+from autotune import measure, remote, verify  # noqa: E402
 from autotune.cli import main  # noqa: E402
+from autotune.errors import AutotuneError  # noqa: E402
 from autotune.measure import MeasureOptions, Measurer  # noqa: E402
 from autotune.target import resolve_target  # noqa: E402
+from autotune.tune import TuneSession  # noqa: E402
 from history import open_history  # noqa: E402
+from tests.test_measure import _matmul  # noqa: E402
 
 KEY = "autotune-test"
 
@@ -79,9 +84,20 @@ class RPCSetup:
     def address(self) -> str:
         return f"{self.host}:{self.port}:{self.key}"
 
-    def loads(self) -> int:
-        """Modules the server has loaded so far: one per candidate it timed."""
-        return self.log.read_text().count("load_module ") if self.log.exists() else 0
+    def _lines(self, marker: str) -> list[str]:
+        return [ln for ln in self.log.read_text().splitlines() if marker in ln] if self.log.exists() else []
+
+    def loads(self, purpose: str | None = None) -> int:
+        """Modules the server has loaded so far: one per candidate it timed, plus, for
+        ``purpose`` "verify" or "model", those that autotune.remote uploaded for that."""
+        lines = self._lines("load_module ")
+        if purpose is not None:
+            lines = [ln for ln in lines if f"/autotune-{purpose}-" in ln]
+        return len(lines)
+
+    def sessions(self) -> int:
+        """Sessions the server has accepted so far."""
+        return len(self._lines("connected from "))
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +129,6 @@ def rpc_setup(tmp_path_factory):
 def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def _matmul(n: int):
-    a = te.placeholder((n, n), name="A")
-    b = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    return tvm.IRModule({"main": te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")})
 
 
 def _one_layer_model(path: Path) -> Path:
@@ -178,6 +186,82 @@ def test_cli_tune_measures_through_rpc(rpc_setup, workdir, capsys):
     # every candidate that reached the runner (4 tuned + the default schedule) went to the server
     assert len(ok) <= rpc_setup.loads() - before <= len(timed)
     assert len(timed) >= 4
+
+
+def test_cli_tune_verifies_and_times_the_model_on_the_server(rpc_setup, workdir, capsys, monkeypatch):
+    """Without --no-verify and --no-model-latency: the winner's check and both model
+    timings run on the server, not here."""
+    # TVM's default schedule is recorded as verified without a check, and on a layer this
+    # small it often wins, which would leave nothing to check: measure no default, so the
+    # winner is always a tuned candidate that must be checked.
+    monkeypatch.setattr(TuneSession, "default_latency", lambda self, layer: None)
+    model = _one_layer_model(workdir / "one.onnx")
+    before = {p: rpc_setup.loads(p) for p in (None, "verify", "model")}
+    code = main([
+        "tune", str(model), "--target", "llvm", "--trials", "4", "--batch", "4", "--tuner", "random",
+        "--repeat", "2", "--rpc", rpc_setup.address, "--history", "rpc.db", "--no-mlflow", "--quiet", "--json",
+        "--out-dir", str(workdir / "run"),
+    ])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["rpc"] == rpc_setup.address
+    (layer,) = report["layers"]
+    assert layer["trials"] == 4
+    with open_history(str(workdir / "rpc.db"), readonly=True) as store:
+        records = store.records()
+    assert {r.tuner for r in records} == {"random"}
+    # every record with a verdict was checked once, by uploading it to the server
+    checked = [r for r in records if r.verified is not None]
+    passed = [r for r in checked if r.verified]
+    assert len(passed) == 1, [(r.id, r.verified, r.error) for r in checked]
+    assert layer["verified"] is True and layer["best_record_id"] == passed[0].id
+    assert rpc_setup.loads("verify") - before["verify"] == len(checked)
+    # the model was uploaded and timed there twice: default schedules, then the tuned ones
+    assert rpc_setup.loads("model") - before["model"] == 2
+    for key in ("model_latency_before", "model_latency_after"):
+        assert isinstance(report[key], float) and math.isfinite(report[key]) and report[key] > 0, report.get(key)
+    # and everything else the server loaded was a candidate the runner timed
+    timed = [r for r in records if r.status in ("ok", "run_error", "timeout")]
+    ok = [r for r in records if r.status == "ok"]
+    runner = rpc_setup.loads() - before[None] - len(checked) - 2
+    assert len(ok) <= runner <= len(timed)
+
+
+def test_remote_check_runs_on_the_server_in_one_session(rpc_setup):
+    """verify.check with a RemoteDevice: a right kernel passes, a wrong one is caught,
+    both uploaded to the server through a single session."""
+    target = resolve_target("llvm")
+    a = te.placeholder((8, 8), name="A")
+    b = te.placeholder((8, 8), name="B")
+    wrong = te.create_prim_func([a, b, te.compute((8, 8), lambda i, j: a[i, j] + b[i, j], name="C")])
+    sessions, loads = rpc_setup.sessions(), rpc_setup.loads("verify")
+    with remote.RemoteDevice(rpc_setup.address, target.kind) as device:
+        assert verify.check(_matmul(8), _matmul(8)["main"], target, remote=device) is None
+        problem = verify.check(_matmul(8), wrong, target, remote=device)
+    assert problem is not None and "differs from the reference" in problem
+    assert rpc_setup.loads("verify") - loads == 2
+    assert rpc_setup.sessions() - sessions == 1
+
+
+def test_remote_check_without_a_free_server_is_an_error_not_a_hang(rpc_setup):
+    """The only server is taken: the request gives up after its timeout with one clear
+    error, which is not mistaken for a failed check."""
+    target = resolve_target("llvm")
+    held = remote.request_session(rpc_setup.address)
+    try:
+        with remote.RemoteDevice(rpc_setup.address, target.kind, request_timeout=1.0) as device:
+            with pytest.raises(AutotuneError, match="did not hand out a server under key 'autotune-test' within 1 s"):
+                verify.check(_matmul(8), _matmul(8)["main"], target, remote=device)
+    finally:
+        del held  # the server ends the session and registers again
+
+
+def test_remote_check_when_the_key_has_no_server(rpc_setup):
+    target = resolve_target("llvm")
+    device = remote.RemoteDevice(f"{rpc_setup.host}:{rpc_setup.port}:other-key", target.kind)
+    with pytest.raises(AutotuneError, match="no RPC server is registered under key 'other-key'"):
+        verify.check(_matmul(8), _matmul(8)["main"], target, remote=device)
 
 
 # --- refusals: one line, exit 2, nothing written, no waiting --------------------------------------
