@@ -291,7 +291,12 @@ def test_summary(tmp_path: Path) -> None:
 
 
 def test_runs(tmp_path: Path) -> None:
-    with populated(tmp_path / "h.db") as store:
+    check_runs(str(tmp_path / "h.db"))
+
+
+def check_runs(location: str) -> None:
+    """Runs start, finish, list in order, resume, and refuse what does not fit."""
+    with populated(location) as store:
         store.start_run("r1", model="resnet18.onnx", target_key=GPU.key, tuner="random", params={"trials": 64})
         run = store.run("r1")
         assert run["status"] == "running" and run["params"] == {"trials": 64} and run["finished_at"] is None

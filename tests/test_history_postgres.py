@@ -33,6 +33,7 @@ from tests.test_history import (
     DENSE,
     GPU,
     _run_script,
+    check_runs,
     check_two_writers,
     populated,
     record_dicts,
@@ -284,21 +285,7 @@ def test_error_text_with_nul_is_stored(tmp_path: Path, url: str) -> None:
 
 
 def test_runs(url: str) -> None:
-    with populated(url) as store:
-        store.start_run("r1", model="resnet18.onnx", target_key=GPU.key, tuner="random", params={"trials": 64})
-        run = store.run("r1")
-        assert run["status"] == "running" and run["params"] == {"trials": 64} and run["n_records"] == 3
-        store.finish_run("r1", "finished", {"speedup": 1.7})
-        assert store.run("r1")["summary"] == {"speedup": 1.7} and store.run("r1")["finished_at"]
-        store.start_run("r2", model="bert.onnx", target_key=CPU.key, tuner="xgb", params={})
-        assert [r["run_id"] for r in store.runs()] == ["r1", "r2"]
-        store.start_run("r1", model="resnet18.onnx", target_key=GPU.key, tuner="random", params={"trials": 128})
-        assert store.run("r1")["status"] == "running" and store.run("r1")["finished_at"] is None
-        with pytest.raises(HistoryError, match="another model"):
-            store.start_run("r1", model="other.onnx", target_key=GPU.key, tuner="random", params={})
-        with pytest.raises(HistoryError, match="no run"):
-            store.finish_run("nope", "failed", {})
-        assert store.run("nope") is None
+    check_runs(url)
 
 
 def test_persistence_across_reopen_and_readonly(url: str) -> None:
