@@ -218,22 +218,27 @@ def test_measured_configs_for_resume(tmp_path: Path) -> None:
 def test_add_record_rejects_bad_input(tmp_path: Path) -> None:
     with populated(tmp_path / "h.db") as store:
         before = len(store.records())
-        base = dict(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"t": 1}, samples=[1e-3])
-        with pytest.raises(HistoryError, match="unknown workload 'nope'"):
-            store.add_record(**{**base, "workload_key": "nope"}, status="ok")
-        with pytest.raises(HistoryError, match="unknown target"):
-            store.add_record(**{**base, "target_key": "cuda:sm_1:none"}, status="ok")
-        with pytest.raises(ValueError, match="invalid record status"):
-            store.add_record(**base, status="great")
-        with pytest.raises(ValueError, match="at least one latency sample"):
-            store.add_record(**{**base, "samples": []}, status="ok")
-        with pytest.raises(ValueError):
-            store.add_record(**{**base, "samples": [math.nan]}, status="ok")
-        with pytest.raises(ValueError):
-            store.add_record(**{**base, "config": {"t": object()}}, status="ok")
-        with pytest.raises(ValueError):
-            store.add_record(**{**base, "config": {"t": math.inf}}, status="ok")
+        refuse_bad_records(store)
         assert len(store.records()) == before
+
+
+def refuse_bad_records(store: HistoryStore) -> None:
+    """Every kind of bad record is refused with a clear error."""
+    base = dict(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"t": 1}, samples=[1e-3])
+    with pytest.raises(HistoryError, match="unknown workload 'nope'"):
+        store.add_record(**{**base, "workload_key": "nope"}, status="ok")
+    with pytest.raises(HistoryError, match="unknown target"):
+        store.add_record(**{**base, "target_key": "cuda:sm_1:none"}, status="ok")
+    with pytest.raises(ValueError, match="invalid record status"):
+        store.add_record(**base, status="great")
+    with pytest.raises(ValueError, match="at least one latency sample"):
+        store.add_record(**{**base, "samples": []}, status="ok")
+    with pytest.raises(ValueError):
+        store.add_record(**{**base, "samples": [math.nan]}, status="ok")
+    with pytest.raises(ValueError):
+        store.add_record(**{**base, "config": {"t": object()}}, status="ok")
+    with pytest.raises(ValueError):
+        store.add_record(**{**base, "config": {"t": math.inf}}, status="ok")
 
 
 def test_best_ignores_errors_and_wrong_results(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from tests.test_history import (
     _run_script,
     check_runs,
     check_two_writers,
+    refuse_bad_records,
     populated,
     record_dicts,
 )
@@ -261,13 +262,7 @@ def test_records_filters_best_and_summary(url: str) -> None:
 def test_bad_input_writes_nothing(cluster: Cluster, db: str, url: str) -> None:
     with populated(url) as store:
         before = table_counts(cluster, db)
-        base = dict(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"t": 1}, samples=[1e-3])
-        with pytest.raises(HistoryError, match="unknown workload 'nope'"):
-            store.add_record(**{**base, "workload_key": "nope"}, status="ok")
-        with pytest.raises(HistoryError, match="unknown target"):
-            store.add_record(**{**base, "target_key": "cuda:sm_1:none"}, status="ok")
-        with pytest.raises(ValueError, match="at least one latency sample"):
-            store.add_record(**{**base, "samples": []}, status="ok")
+        refuse_bad_records(store)
         assert table_counts(cluster, db) == before
 
 
