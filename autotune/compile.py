@@ -87,42 +87,20 @@ def build(mod, target: TargetSpec):
         raise AutotuneError(f"compiling the model for {target.kind} failed: {(lines[-1] if lines else err)}") from None
 
 
-def cuda_sources(executable) -> list[str]:
-    """CUDA C of every device module inside a built executable."""
-    found: list[str] = []
+def device_code(executable, target: TargetSpec):
+    """What the export's CUDA modules will carry, and the packer that puts it there.
 
-    def walk(mod) -> None:
-        if mod.kind == "cuda":
-            found.append(mod.inspect_source())
-        for sub in mod.imports:
-            walk(sub)
+    Returns ``(fpack_imports or None, summary or None)``. Kernels still held as CUDA C
+    (built on a machine where TVM's CUDA runtime cannot load) are compiled to a fatbin
+    here (``autotune.device_code``); with no nvcc the export keeps the CUDA C and the
+    summary says so.
+    """
+    if target.kind != "cuda":
+        return None, None
+    from autotune.device_code import embed_fatbins
 
-    walk(executable.mod)
-    return found
-
-
-def nvcc_check(executable, arch: str) -> dict[str, Any]:
-    """Compile the module's device code with nvcc for ``arch``: proof that the CUDA C the
-    export carries builds for the target GPU, on a machine that has no GPU."""
-    import shutil
-    import subprocess
-
-    sources = cuda_sources(executable)
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        return {"checked": False, "reason": "nvcc not found", "kernels_sources": len(sources)}
-    cubin_bytes = 0
-    with tempfile.TemporaryDirectory(prefix="autotune-nvcc-") as tmp:
-        for i, src in enumerate(sources):
-            cu, cubin = os.path.join(tmp, f"k{i}.cu"), os.path.join(tmp, f"k{i}.cubin")
-            with open(cu, "w", encoding="utf-8") as fh:
-                fh.write(src)
-            proc = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-w", "-o", cubin, cu], capture_output=True, text=True)
-            if proc.returncode != 0:
-                first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
-                raise AutotuneError(f"nvcc could not compile the generated CUDA code for {arch}: {first}")
-            cubin_bytes += os.path.getsize(cubin)
-    return {"checked": True, "arch": arch, "sources": len(sources), "cubin_bytes": cubin_bytes}
+    binaries = embed_fatbins(executable.mod, target.arch, target.tvm_target)
+    return binaries.packer(), binaries.info
 
 
 def check_output_path(out: str | os.PathLike) -> Path:
@@ -138,8 +116,11 @@ def check_output_path(out: str | os.PathLike) -> Path:
     return out
 
 
-def export(executable, out: str | os.PathLike, metadata: dict[str, Any]) -> Path:
-    """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically."""
+def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpack_imports=None) -> Path:
+    """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically.
+
+    ``fpack_imports`` replaces how the imported modules are linked in (see
+    ``device_code``)."""
     out = check_output_path(out)
     parent = out.resolve().parent
     tmp = meta_tmp = ""
@@ -147,7 +128,7 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any]) -> Path
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".so", dir=parent)
         os.close(fd)
         meta_tmp = tmp + ".json"
-        executable.export_library(tmp)
+        executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}))
         with open(meta_tmp, "w", encoding="utf-8") as fh:
             json.dump(metadata, fh, indent=2, sort_keys=True)
         os.replace(tmp, out)
@@ -184,7 +165,7 @@ def compile_model(
     layers = decompose.decompose(mod, batch_size=batch_size)
     mod, applied = apply_history(mod, layers, target, store)
     executable = build(mod, target)
-    device_code = nvcc_check(executable, target.arch) if target.kind == "cuda" else None
+    fpack_imports, kernels = device_code(executable, target)
     metadata = {
         "format": "autotune-module",
         "version": 1,
@@ -197,11 +178,11 @@ def compile_model(
         "inputs": {k: {"shape": list(v), "dtype": spec.input_dtypes.get(k, "float32")} for k, v in spec.input_shapes.items()},
         "outputs": spec.output_names,
         "layers": applied.layers,
-        "device_code": device_code,
+        "device_code": kernels,
     }
     if spec.source.startswith("zoo:"):
         metadata["zoo"] = {"name": spec.name, "size": size, "batch_size": batch_size}
-    path = export(executable, out, metadata)
+    path = export(executable, out, metadata, fpack_imports=fpack_imports)
     return {
         "out": str(path),
         "metadata": str(sidecar(path)),
@@ -209,6 +190,6 @@ def compile_model(
         "target": target.key,
         "layers": len(layers),
         "tuned_layers": applied.tuned,
-        "device_code": device_code,
+        "device_code": kernels,
         "schedules": applied.layers,
     }

@@ -24,6 +24,12 @@
 # first: the layers it finished cost no new measurement as far as the seeded tuners
 # propose the same configs again), also
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
+#
+# A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
+# (autotune/device_code.py). To show that it loads with no compiler, build one there, carry
+# it, and name it; load_check then runs it with the compile callback refused:
+#   autotune compile mobilenetv2 --size 64 --target cuda:sm_90 -o xb/mobilenetv2_sm90.so
+#   CARRIED_SO=xb/mobilenetv2_sm90.so bash benchmarks/gpu/session.sh check
 set -u
 mode=${1:-check}
 shift || true

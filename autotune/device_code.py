@@ -1,0 +1,278 @@
+"""Device binaries inside CUDA exports built on a machine with no GPU.
+
+TVM turns a CUDA kernel's C source into cubin only when its CUDA runtime library loads,
+which needs a driver (``libcuda``). Elsewhere codegen keeps a fallback module that
+carries the CUDA C, and whoever loads the export then needs TVM's Python package with
+NVRTC or nvcc to compile it: on the lent H100 such an export took 3.4 s to load and run,
+and failed to load with the compile callback refused, while one built there (cubin
+inside) loaded with no compiler present.
+
+So, when the export would carry CUDA C, this module compiles it here with nvcc, through
+TVM's own ``compile_cuda`` (TVM's flags for its nvcc mode), to a fatbin holding SASS for
+the target's arch and PTX for newer GPUs, and swaps it into the blob of imported modules
+that ``export_library`` links into the ``.so``. TVM's CUDA loader hands the bytes to
+``cuModuleLoadData`` as they are and only compiles a module whose format is ``cuda``,
+so the result loads with the driver alone.
+
+The blob layout (tvm-ffi's ``PackImportsToBytes``, and the CUDA module's ``SaveToBytes``)
+is parsed field by field and checked to end where it must; a layout this code does not
+know is an error, never a silently wrong export.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from autotune.errors import AutotuneError
+
+#: The format tag TVM gives a CUDA module that still holds CUDA C.
+SOURCE_FORMAT = "cuda"
+#: What the export carries instead.
+BINARY_FORMAT = "fatbin"
+_LIB_MARKER = "_lib"  # an entry for the host library itself: no payload
+
+
+class BlobLayoutError(ValueError):
+    """The bytes are not laid out as the TVM version we pin writes them."""
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def u64(self) -> int:
+        if self.pos + 8 > len(self.data):
+            raise BlobLayoutError(f"truncated at byte {self.pos}")
+        (value,) = struct.unpack_from("<Q", self.data, self.pos)
+        self.pos += 8
+        return value
+
+    def raw(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise BlobLayoutError(f"a field of {n} bytes at byte {self.pos} runs past the end")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def bytes_field(self) -> bytes:
+        return self.raw(self.u64())
+
+    def text(self) -> str:
+        try:
+            return self.bytes_field().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise BlobLayoutError(f"a string field is not UTF-8 ({err.reason})") from None
+
+    def done(self) -> bool:
+        return self.pos == len(self.data)
+
+
+def _u64(value: int) -> bytes:
+    return struct.pack("<Q", value)
+
+
+def _field(data: bytes) -> bytes:
+    return _u64(len(data)) + data
+
+
+@dataclass
+class ImportsBlob:
+    """The imported modules of a host library, as ``export_library`` links them in.
+
+    ``modules`` lists ``(kind, payload)`` in blob order; the host library's own entry
+    has no payload. The import tree (CSR rows and child indices) is kept as it is.
+    """
+
+    row_ptr: list[int]
+    child_indices: list[int]
+    modules: list[tuple[str, bytes | None]]
+
+    @classmethod
+    def parse(cls, blob: bytes) -> "ImportsBlob":
+        reader = _Reader(blob)
+        if reader.u64() != len(blob) - 8:
+            raise BlobLayoutError("the length header does not match the blob")
+        row_ptr = [reader.u64() for _ in range(reader.u64())]
+        child_indices = [reader.u64() for _ in range(reader.u64())]
+        if not row_ptr or row_ptr[0] != 0 or row_ptr[-1] != len(child_indices):
+            raise BlobLayoutError("the import tree's row pointers do not match its children")
+        modules: list[tuple[str, bytes | None]] = []
+        for _ in range(len(row_ptr) - 1):
+            kind = reader.text()
+            modules.append((kind, None if kind == _LIB_MARKER else reader.bytes_field()))
+        if not reader.done():
+            raise BlobLayoutError(f"{len(blob) - reader.pos} bytes left after the last module")
+        return cls(row_ptr, child_indices, modules)
+
+    def to_bytes(self) -> bytes:
+        body = _u64(len(self.row_ptr)) + b"".join(map(_u64, self.row_ptr))
+        body += _u64(len(self.child_indices)) + b"".join(map(_u64, self.child_indices))
+        for kind, payload in self.modules:
+            body += _field(kind.encode("utf-8"))
+            if payload is not None:
+                body += _field(payload)
+        return _u64(len(body)) + body
+
+
+@dataclass
+class CudaPayload:
+    """A serialized CUDA module: format tag, kernel table (kept as bytes), code."""
+
+    fmt: str
+    fmap: bytes
+    code: bytes
+
+    @classmethod
+    def parse(cls, payload: bytes) -> "CudaPayload":
+        reader = _Reader(payload)
+        fmt = reader.text()
+        start = reader.pos
+        for _ in range(reader.u64()):  # Map<String, FunctionInfo>
+            reader.text()  # key
+            reader.text()  # FunctionInfo.name
+            reader.raw(4 * reader.u64())  # arg_types: DLDataType, 4 bytes each
+            for _ in range(reader.u64()):  # launch_param_tags
+                reader.text()
+            reader.raw(4 * reader.u64())  # arg_extra_tags: int32 each
+        fmap = payload[start : reader.pos]
+        code = reader.bytes_field()
+        if not reader.done():
+            raise BlobLayoutError("a CUDA module has bytes after its code")
+        return cls(fmt, fmap, code)
+
+    def to_bytes(self) -> bytes:
+        return _field(self.fmt.encode("utf-8")) + self.fmap + _field(self.code)
+
+
+def pack_imports(host_module) -> bytes:
+    """The blob ``export_library`` would link into the ``.so`` for ``host_module``."""
+    import tvm_ffi
+
+    tensor = tvm_ffi.get_global_func("runtime.ModulePackImportsToTensor")(host_module)
+    return tensor.numpy().tobytes()
+
+
+def compile_fatbin(source: str, arch: str, target) -> bytes:
+    """CUDA C -> fatbin (SASS for ``arch``, PTX for later GPUs), with TVM's nvcc flags."""
+    from tvm.support import nvcc
+
+    number = arch.removeprefix("sm_")
+    gencode = ["-gencode", f"arch=compute_{number},code=sm_{number}", "-gencode", f"arch=compute_{number},code=compute_{number}"]
+    try:
+        with target:
+            return bytes(nvcc.compile_cuda(source, target_format=BINARY_FORMAT, arch=gencode, compiler="nvcc"))
+    except Exception as err:  # nvcc's own report: keep its first error line
+        lines = [ln for ln in str(err).splitlines() if ln.strip()]
+        first = next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else repr(err))
+        raise AutotuneError(f"nvcc could not compile the generated CUDA code for {arch}: {first.strip()[:300]}") from None
+
+
+@dataclass
+class DeviceBinaries:
+    """An import blob whose CUDA modules carry fatbins, and what was done to it."""
+
+    blob: bytes
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def packer(self) -> Callable[..., str] | None:
+        """An ``fpack_imports`` for ``export_library`` that links in this blob, or None
+        when nothing was compiled (TVM's own packing then writes the same bytes)."""
+        if not self.info.get("modules"):
+            return None
+
+        def pack(host_module, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
+            import os
+
+            import tvm_ffi
+
+            llvm_target = _host_llvm_target(host_module)
+            obj = tvm_ffi.get_global_func("codegen.codegen_blob")(self.blob, is_system_lib, llvm_target, prefix)
+            path = os.path.join(workspace_dir, f"{prefix}devc.o")
+            obj.write_to_file(path)
+            return path
+
+        return pack
+
+
+def _host_llvm_target(module) -> str:
+    """The target string of the LLVM host library in ``module``'s import tree, which
+    the blob's object file must be built for (as ``export_library`` does)."""
+    stack = [module]
+    while stack:
+        current = stack.pop()
+        if current.kind == "llvm":
+            return current.get_function("_get_target_string")()
+        stack.extend(current.imports)
+    raise AutotuneError("cannot embed device binaries: the module has no LLVM host library")
+
+
+def fatbin_entries(data: bytes) -> list[str]:
+    """What a fatbin holds, e.g. ``["compute_90 (PTX)", "sm_90 (SASS)"]``.
+
+    Reads the container's entry headers (magic ``0xBA55ED50``; per entry: kind at 0,
+    header size at 4, payload size at 8, arch at 28), the layout ``cuobjdump`` lists.
+    """
+    if len(data) < 16:
+        raise BlobLayoutError("not a fatbin")
+    magic, _version, header_size, total = struct.unpack_from("<IHHQ", data, 0)
+    if magic != 0xBA55ED50 or header_size + total > len(data):
+        raise BlobLayoutError("not a fatbin")
+    entries, pos = [], header_size
+    while pos < header_size + total:
+        if pos + 32 > len(data):
+            raise BlobLayoutError("a fatbin entry header runs past the end")
+        kind, _v, entry_header, size = struct.unpack_from("<HHIQ", data, pos)
+        (arch,) = struct.unpack_from("<I", data, pos + 28)
+        names = {1: f"compute_{arch} (PTX)", 2: f"sm_{arch} (SASS)"}
+        if kind not in names or entry_header == 0:
+            raise BlobLayoutError(f"unknown fatbin entry kind {kind}")
+        entries.append(names[kind])
+        pos += entry_header + size
+    return sorted(entries)
+
+
+def embed_fatbins(host_module, arch: str, target) -> DeviceBinaries:
+    """Compile every CUDA module still holding CUDA C to a fatbin, in a copy of the blob.
+
+    Modules that already carry a binary (built where TVM's CUDA runtime loads) are left
+    as they are; with no nvcc, so are those holding CUDA C, and ``info`` says so.
+    """
+    import shutil
+
+    try:
+        blob = ImportsBlob.parse(pack_imports(host_module))
+    except BlobLayoutError as err:
+        raise AutotuneError(f"cannot embed device binaries: unexpected module layout ({err})") from None
+    info: dict[str, Any] = {"arch": arch, "modules": 0, "kernels_bytes": 0, "source_bytes": 0}
+    formats: list[str] = []
+    for index, (kind, payload) in enumerate(blob.modules):
+        if kind != "cuda" or payload is None:
+            continue
+        try:
+            module = CudaPayload.parse(payload)
+        except BlobLayoutError as err:
+            raise AutotuneError(f"cannot embed device binaries: unexpected CUDA module layout ({err})") from None
+        formats.append(module.fmt)
+        if module.fmt != SOURCE_FORMAT:
+            continue
+        if shutil.which("nvcc") is None:  # keep the CUDA C: loadable where TVM has NVRTC
+            info["note"] = "nvcc not found: the export carries CUDA C, compiled where it is loaded (TVM with NVRTC there)"
+            continue
+        source = module.code.decode("utf-8")
+        binary = compile_fatbin(source, arch, target)
+        blob.modules[index] = (kind, CudaPayload(BINARY_FORMAT, module.fmap, binary).to_bytes())
+        info["modules"] += 1
+        try:  # informational: the driver, not this listing, decides what loads
+            info["entries"] = sorted(set(info.get("entries", [])) | set(fatbin_entries(binary)))
+        except BlobLayoutError:
+            info["entries"] = None
+        info["kernels_bytes"] += len(binary)
+        info["source_bytes"] += len(module.code)
+    info["formats_before"] = formats
+    # what the export will carry: one format name, or several if the modules differ
+    carried = {BINARY_FORMAT if fmt == SOURCE_FORMAT and info["modules"] else fmt for fmt in formats}
+    info["format"] = ",".join(sorted(carried)) or None
+    return DeviceBinaries(blob.to_bytes(), info)

@@ -1,0 +1,111 @@
+"""CUDA exports built with no GPU carry device binaries (a fatbin compiled by nvcc here),
+not CUDA C for the loading machine to compile: the import blob is parsed, rewritten and
+linked in by ``autotune.device_code``, and anything it does not recognise is refused."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from autotune.device_code import (
+    BlobLayoutError,
+    CudaPayload,
+    ImportsBlob,
+    compile_fatbin,
+    embed_fatbins,
+    fatbin_entries,
+    pack_imports,
+)
+from autotune.errors import AutotuneError
+from autotune.target import resolve_target
+from tests.conftest import has_nvcc
+
+ARCH = "sm_80"
+
+
+@pytest.fixture(scope="module")
+def cuda_lib():
+    """A two-kernel CUDA library, built here as on any machine without a GPU."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((4096,), name="A")
+    b = te.compute((4096,), lambda i: a[i] * 2.0, name="B")
+    c = te.compute((4096,), lambda i: b[i] + 1.0, name="C")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, c]))
+    for name in ("B", "C"):
+        (loop,) = sch.get_loops(sch.get_sblock(name))
+        outer, inner = sch.split(loop, [None, 128])
+        sch.bind(outer, "blockIdx.x")
+        sch.bind(inner, "threadIdx.x")
+    target = resolve_target(f"cuda:{ARCH}")
+    return tvm.compile(sch.mod, target=target.tvm_target), target
+
+
+def cuda_payloads(blob: ImportsBlob) -> list[CudaPayload]:
+    return [CudaPayload.parse(p) for kind, p in blob.modules if kind == "cuda"]
+
+
+def test_import_blob_and_cuda_module_round_trip_byte_for_byte(cuda_lib):
+    lib, _ = cuda_lib
+    raw = pack_imports(lib.mod)
+    blob = ImportsBlob.parse(raw)
+    assert blob.to_bytes() == raw
+    assert [kind for kind, _ in blob.modules] == ["_lib", "cuda"]
+    (module,) = cuda_payloads(blob)
+    assert module.fmt == "cuda"  # no CUDA runtime here: TVM kept the source
+    assert module.code.decode() == lib.mod.imports[0].inspect_source()
+    assert module.to_bytes() == dict(blob.modules)["cuda"]
+
+
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
+def test_fatbin_replaces_the_cuda_source_and_keeps_the_kernel_table(cuda_lib, tmp_path):
+    lib, target = cuda_lib
+    before = cuda_payloads(ImportsBlob.parse(pack_imports(lib.mod)))[0]
+    binaries = embed_fatbins(lib.mod, ARCH, target.tvm_target)
+    assert binaries.info["formats_before"] == ["cuda"] and binaries.info["modules"] == 1
+    assert binaries.info["entries"] == ["compute_80 (PTX)", f"{ARCH} (SASS)"]
+    (after,) = cuda_payloads(ImportsBlob.parse(binaries.blob))
+    assert after.fmt == "fatbin" and after.fmap == before.fmap
+    assert struct.unpack_from("<I", after.code)[0] == 0xBA55ED50
+    assert fatbin_entries(after.code) == binaries.info["entries"]
+
+    out = tmp_path / "k.so"
+    lib.export_library(str(out), fpack_imports=binaries.packer())
+    data = out.read_bytes()
+    assert binaries.blob in data  # linked in as built
+    assert b"__global__" not in data and b"__global__" in before.code
+
+
+def test_a_build_without_cuda_source_is_left_to_tvm(cuda_lib, monkeypatch):
+    lib, target = cuda_lib
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvcc: the CUDA C stays, and we say so
+    binaries = embed_fatbins(lib.mod, ARCH, target.tvm_target)
+    assert binaries.info["format"] == "cuda" and "nvcc not found" in binaries.info["note"]
+    assert binaries.packer() is None
+    assert binaries.blob == pack_imports(lib.mod)
+
+
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
+def test_nvcc_failure_is_one_clear_error(cuda_lib):
+    _, target = cuda_lib
+    with pytest.raises(AutotuneError, match=f"nvcc could not compile the generated CUDA code for {ARCH}: .*error"):
+        compile_fatbin('extern "C" __global__ void k() { undefined_thing(); }', ARCH, target.tvm_target)
+
+
+def test_unknown_layouts_are_refused(cuda_lib):
+    lib, _ = cuda_lib
+    raw = pack_imports(lib.mod)
+    with pytest.raises(BlobLayoutError, match="length header"):
+        ImportsBlob.parse(raw[:-1])
+    with pytest.raises(BlobLayoutError, match="left after the last module"):
+        ImportsBlob.parse(struct.pack("<Q", len(raw) - 8 + 3) + raw[8:] + b"xyz")
+    payload = dict(ImportsBlob.parse(raw).modules)["cuda"]
+    with pytest.raises(BlobLayoutError, match="after its code"):
+        CudaPayload.parse(payload + b"\0")
+    with pytest.raises(BlobLayoutError, match="runs past the end"):
+        CudaPayload.parse(payload[:-5])
+    with pytest.raises(BlobLayoutError, match="not a fatbin"):
+        fatbin_entries(os.urandom(64))
