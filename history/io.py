@@ -19,7 +19,7 @@ from sqlalchemy import and_, insert, select
 from . import schema
 from .errors import HistoryError
 from .models import RECORD_STATUSES, TargetInfo, WorkloadInfo, sample_stats
-from .store import HistoryStore
+from .store import _PG_IMPORT_LOCK, HistoryStore
 
 FORMAT = "autotune-history"
 VERSION = 1
@@ -281,6 +281,7 @@ def import_json(store: HistoryStore, fp_or_path: str | os.PathLike[str] | IO[str
     counts = {"added": 0, "skipped": 0, "targets_added": 0, "workloads_added": 0}
     r = schema.records
     with store._write("import") as conn:
+        store._serialize(conn, _PG_IMPORT_LOCK)
         for target in targets:
             counts["targets_added"] += store._target_id_created(conn, target)[1]
         for workload in workloads:

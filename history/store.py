@@ -67,8 +67,11 @@ CONNECT_TIMEOUT_S = 5
 WAL_SWITCH_WAIT_S = 5.0
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _BEGIN_OPTION = "history_begin"
-#: PostgreSQL advisory-lock key taken while creating tables (any fixed 64-bit number).
+#: PostgreSQL advisory-lock keys (any fixed 64-bit numbers), held to commit: one while
+#: creating tables, one while importing (an import's duplicate check must see every record
+#: an import running beside it added; SQLite's BEGIN IMMEDIATE serializes both already).
 _PG_SCHEMA_LOCK = 0x6175746F74756E65  # "autotune"
+_PG_IMPORT_LOCK = _PG_SCHEMA_LOCK + 1
 
 
 def utc_now() -> str:
@@ -427,11 +430,10 @@ class HistoryStore:
                 writable = not set(schema.metadata.tables) <= set(inspect(conn).get_table_names())
         ctx = self._write("create tables") if writable else self._read()
         with ctx as conn:
-            if writable and conn.dialect.name == "postgresql":
+            if writable:
                 # Two processes opening a new database at once would both CREATE TABLE and
-                # the second fail on PostgreSQL's catalog (SQLite's BEGIN IMMEDIATE already
-                # serializes this). Held to commit: the next one in sees the tables made.
-                conn.execute(select(func.pg_advisory_xact_lock(_PG_SCHEMA_LOCK)))
+                # the second fail on PostgreSQL's catalog. The next one in sees the tables made.
+                self._serialize(conn, _PG_SCHEMA_LOCK)
             names = set(inspect(conn).get_table_names())
             if "meta" not in names:
                 if names:
@@ -473,6 +475,15 @@ class HistoryStore:
 
     def _error(self, action: str, exc: BaseException) -> HistoryError:
         return HistoryError(f"cannot {action} in history at {self.location}: {_cause(exc)}")
+
+    @staticmethod
+    def _serialize(conn: Connection, key: int) -> None:
+        """Wait until no other PostgreSQL transaction holds ``key``, and hold it to commit.
+
+        SQLite needs nothing: its writers already run one at a time (BEGIN IMMEDIATE).
+        """
+        if conn.dialect.name == "postgresql":
+            conn.execute(select(func.pg_advisory_xact_lock(key)))
 
     @contextmanager
     def _write(self, action: str = "write") -> Iterator[Connection]:

@@ -453,6 +453,49 @@ def check_two_writers(location: str, tmp_path: Path, fresh: bool, n: int) -> Non
         assert {r["run_id"]: r["n_records"] for r in store.runs()} == {"A": n, "B": n}
 
 
+IMPORTER = """
+import json, os, sys, time
+from history import import_json, open_history
+path, src, go = sys.argv[1], sys.argv[2], sys.argv[3]
+while not os.path.exists(go):
+    time.sleep(0.001)
+with open_history(path) as store:
+    print(json.dumps(import_json(store, src)))
+"""
+
+
+def check_two_importers(location: str, tmp_path: Path, n: int) -> None:
+    """Two processes import the same export of ``n`` records at once: one adds them all,
+    the other finds every one a duplicate, and each record is stored once."""
+    src = tmp_path / "export.json"
+    with open_history(str(tmp_path / "source.db")) as store:
+        store.register_target(GPU)
+        store.register_workload(CONV)
+        for i in range(n):
+            store.add_record(workload_key=CONV.key, target_key=GPU.key, space_id="s", config={"i": i},
+                             samples=[1e-3 + i * 1e-6], status="ok", run_id="r")
+        export_json(store, src)
+    with open_history(location) as store:  # known target and workload: no insert to wait on
+        store.register_target(GPU)
+        store.register_workload(CONV)
+    go = tmp_path / "go-import"
+    procs = [_run_script(IMPORTER, location, str(src), str(go)) for _ in range(2)]
+    time.sleep(0.5)
+    go.touch()
+    added = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        added.append(json.loads(out.strip().splitlines()[-1])["added"])
+    assert sorted(added) == [0, n]
+    with open_history(location) as store:
+        assert sorted(r.config["i"] for r in store.records()) == list(range(n))
+
+
+def test_two_processes_import_the_same_export(tmp_path: Path) -> None:
+    check_two_importers(str(tmp_path / "h.db"), tmp_path, 300)
+
+
 @pytest.mark.parametrize("fresh", [False, True], ids=["existing-file", "both-create-the-file"])
 def test_two_processes_write_the_same_file(tmp_path: Path, fresh: bool) -> None:
     check_two_writers(str(tmp_path / "h.db"), tmp_path, fresh, 60)

@@ -34,6 +34,7 @@ from tests.test_history import (
     GPU,
     _run_script,
     check_runs,
+    check_two_importers,
     check_two_writers,
     refuse_bad_records,
     populated,
@@ -325,6 +326,10 @@ def test_two_processes_write_the_same_database(url: str, tmp_path: Path, fresh: 
 
 
 # ------------------------------------------------------------------ export/import
+
+
+def test_two_processes_import_the_same_export(url: str, tmp_path: Path) -> None:
+    check_two_importers(url, tmp_path, 300)
 
 
 def test_export_import_between_sqlite_and_postgres(tmp_path: Path, url: str) -> None:
