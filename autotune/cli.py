@@ -168,6 +168,10 @@ def cmd_tune(args) -> int:
     )
     _check_tuner(args.tuner)
     ensure_measurable(target, args.rpc)
+    if args.rpc:  # the server's hardware names the records and shapes the code
+        from autotune.remote import remote_target
+
+        target = remote_target(args.target, args.rpc)
     if args.out:
         from autotune.compile import check_output_path
 

@@ -14,13 +14,16 @@ model timing) and lets it go when the step ends.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import os
 import socket
 import tempfile
 from typing import TYPE_CHECKING
 
 from autotune.errors import AutotuneError
+from autotune.target import TargetSpec
 
 if TYPE_CHECKING:  # TVM is imported lazily (seconds), as everywhere in autotune
     from tvm.rpc import RPCSession
@@ -70,6 +73,48 @@ def request_session(address: str, *, timeout: float | None = None, session_timeo
         raise AutotuneError(
             f"--rpc {address}: cannot open a session on the server at {server_host}:{server_port} ({lines[-1] if lines else err})"
         ) from None
+
+
+def remote_target(name: str | None, address: str, *, timeout: float | None = None) -> TargetSpec:
+    """The target as the ``--rpc`` server's hardware defines it, not this machine's.
+
+    Every record of the tune is filed under this target's key, and its arch and limits
+    shape the code: a laptop tuning for an A100 over RPC must file A100 records and
+    compile for sm_80, whatever GPU (or none) the laptop has. ``auto`` means the server's
+    GPU if it has one, else its CPU. An explicit CUDA arch that is not the server's is
+    refused. For ``llvm`` the CPU is asked for its LLVM name and triple; when they are
+    this machine's, this machine's description (and history key) is kept, and when the
+    server cannot say (a runtime-only TVM), so is everything else.
+    """
+    from autotune.target import cuda_spec, resolve_target
+
+    name = (name or "auto").strip()
+    session = request_session(address, timeout=timeout)
+    gpu = session.cuda(0)
+    has_gpu = bool(gpu.exist)
+    local = resolve_target(name if name != "auto" else ("cuda" if has_gpu else "llvm"))
+    if local.kind == "cuda":
+        if not has_gpu:
+            raise AutotuneError(f"--rpc {address}: the server has no CUDA GPU (use --target llvm to tune for its CPU)")
+        remote = cuda_spec(gpu, None, has_device=local.has_device)
+        given = json.loads(name) if name.startswith("{") else {}  # resolve_target parsed it already
+        requested = name.partition(":")[2] if name.startswith("cuda:") else given.get("arch")
+        if requested and requested != remote.arch:
+            raise AutotuneError(
+                f"--rpc {address}: --target asks for {requested} but the server's GPU is {remote.arch} ({remote.device_name})"
+            )
+        return dataclasses.replace(remote, config={**remote.config, **given})
+    try:
+        cpu = str(session.get_function("tvm.codegen.llvm.GetHostCPUName")())
+        triple = str(session.get_function("tvm.codegen.llvm.GetProcessTriple")())
+    except Exception:  # a server without TVM's compiler library cannot say
+        return local
+    import tvm_ffi
+
+    if cpu == local.config.get("mcpu") and triple == tvm_ffi.get_global_func("tvm.codegen.llvm.GetProcessTriple")():
+        return local
+    config = {**local.config, "mcpu": cpu, "mtriple": triple}
+    return TargetSpec("llvm", config, cpu, cpu, local.has_device)
 
 
 class RemoteDevice:

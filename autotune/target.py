@@ -110,10 +110,15 @@ def _cuda(arch: str | None) -> TargetSpec:
     import tvm
 
     present = gpu_present()
+    return cuda_spec(tvm.cuda(0) if present else None, arch, has_device=present)
+
+
+def cuda_spec(dev, arch: str | None, *, has_device: bool) -> TargetSpec:
+    """A CUDA target for the GPU ``dev`` (a local device, or one over RPC), or for no GPU
+    at all (``dev`` None: ``arch`` or the default, and typical limits)."""
     name = "unknown-gpu"
     limits = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "thread_warp_size": 32}
-    if present:
-        dev = tvm.cuda(0)
+    if dev is not None:
         major, minor = str(dev.compute_version).split(".")
         arch = arch or f"sm_{major}{minor}"
         name = str(dev.device_name).replace(" ", "-")
@@ -126,7 +131,7 @@ def _cuda(arch: str | None) -> TargetSpec:
     if not arch.startswith("sm_"):
         raise AutotuneError(f"CUDA arch must look like sm_90, not {arch!r}")
     config = {"kind": "cuda", "arch": arch, "max_num_threads": limits["max_threads_per_block"], "registers_per_block": 65536, **limits}
-    return TargetSpec("cuda", config, arch, name, present)
+    return TargetSpec("cuda", config, arch, name, has_device)
 
 
 def _physical_cores() -> int:

@@ -265,15 +265,15 @@ def test_remote_check_when_the_key_has_no_server(rpc_setup):
 
 
 # --- refusals: one line, exit 2, nothing written, no waiting --------------------------------------
-def _tune_rpc(address: str) -> list[str]:
-    return ["tune", "model-not-read.onnx", "--target", "llvm", "--trials", "4", "--rpc", address,
+def _tune_rpc(address: str, target: str = "llvm") -> list[str]:
+    return ["tune", "model-not-read.onnx", "--target", target, "--trials", "4", "--rpc", address,
             "--history", "tune.db", "--no-mlflow", "--quiet"]
 
 
-def _refused(capsys, workdir, address: str, *contains: str) -> str:
+def _refused(capsys, workdir, address: str, *contains: str, target: str = "llvm") -> str:
     """The refusal comes from the check before tuning (a hang would stall the test, not
     pass it): one error line, exit 2, no history written."""
-    rc = main(_tune_rpc(address))  # a traceback would surface here as an exception
+    rc = main(_tune_rpc(address, target))  # a traceback would surface here as an exception
     out, err = capsys.readouterr()
     assert rc == 2, (rc, out, err)
     lines = err.strip().splitlines()
@@ -330,3 +330,22 @@ def test_no_server_under_that_key(capsys, workdir, rpc_setup):
     """A tracker with no server for the key would queue the request forever."""
     line = _refused(capsys, workdir, f"{rpc_setup.host}:{rpc_setup.port}:other-key", "no RPC server", "'other-key'")
     assert KEY in line  # names the keys that are registered
+
+
+# --- the target is the server's hardware, not this machine's ------------------------------------
+def test_cuda_target_needs_a_gpu_on_the_server(capsys, workdir, rpc_setup):
+    """This server has no GPU: tuning for CUDA there is refused up front, whether or not
+    this machine has one (before, candidates were compiled for this machine's GPU, or
+    the default sm_90, and filed under its key)."""
+    _refused(capsys, workdir, rpc_setup.address, "the server has no CUDA GPU", "--target llvm", target="cuda")
+    _refused(capsys, workdir, rpc_setup.address, "the server has no CUDA GPU", target="cuda:sm_80")
+
+
+def test_remote_target_asks_the_server(rpc_setup):
+    """``auto`` over RPC is the server's CPU here (it has no GPU); asked in one session.
+    The server runs on this machine, so its LLVM CPU and triple are this machine's and
+    so is the description (and history key)."""
+    sessions = rpc_setup.sessions()
+    target = remote.remote_target("auto", rpc_setup.address)
+    assert rpc_setup.sessions() - sessions == 1
+    assert target == resolve_target("llvm")
