@@ -79,6 +79,35 @@ def test_fatbin_replaces_the_cuda_source_and_keeps_the_kernel_table(cuda_lib, tm
     assert b"__global__" not in data and b"__global__" in before.code
 
 
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
+def test_tvms_loader_hands_the_fatbin_module_to_the_cuda_loader(cuda_lib, tmp_path):
+    """TVM's own reader of the exported ``.so`` (dlopen, then the import blob) must give
+    the CUDA loader our payload byte for byte. Here no CUDA runtime registers that loader,
+    so the test registers one that records what it gets; where a GPU runtime has one, the
+    GPU tests load and run exports instead."""
+    import tvm
+    import tvm_ffi
+    from tvm import te
+
+    name = "ffi.Module.load_from_bytes.cuda"
+    if tvm_ffi.get_global_func(name, allow_missing=True) is not None:
+        pytest.skip("a real CUDA loader is registered: nothing to stand in for")
+    lib, target = cuda_lib
+    binaries = embed_fatbins(lib.mod, ARCH, target.tvm_target)
+    out = tmp_path / "k.so"
+    lib.export_library(str(out), fpack_imports=binaries.packer())
+    a = te.placeholder((4,), name="A")
+    stand_in = tvm.compile(te.create_prim_func([a, te.compute((4,), lambda i: a[i], name="C")]), target="llvm").mod
+    received: list[bytes] = []
+    tvm_ffi.register_global_func(name, lambda data: received.append(bytes(data)) or stand_in)
+    try:
+        tvm.runtime.load_module(str(out))
+    finally:
+        tvm_ffi.remove_global_func(name)
+    assert received == [dict(ImportsBlob.parse(binaries.blob).modules)["cuda"]]
+    assert CudaPayload.parse(received[0]).fmt == "fatbin"
+
+
 def test_a_build_without_cuda_source_is_left_to_tvm(cuda_lib, monkeypatch):
     lib, target = cuda_lib
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvcc: the CUDA C stays, and we say so
