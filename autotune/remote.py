@@ -86,35 +86,50 @@ def remote_target(name: str | None, address: str, *, timeout: float | None = Non
     this machine's, this machine's description (and history key) is kept, and when the
     server cannot say (a runtime-only TVM), so is everything else.
     """
-    from autotune.target import cuda_spec, resolve_target
+    from autotune.target import resolve_target
 
     name = (name or "auto").strip()
     session = request_session(address, timeout=timeout)
-    gpu = session.cuda(0)
-    has_gpu = bool(gpu.exist)
-    local = resolve_target(name if name != "auto" else ("cuda" if has_gpu else "llvm"))
-    if local.kind == "cuda":
+    try:
+        gpu = session.cuda(0)
+        has_gpu = bool(gpu.exist)
+        local = resolve_target(name if name != "auto" else ("cuda" if has_gpu else "llvm"))
+        if local.kind != "cuda":
+            return _server_cpu(session, local)
         if not has_gpu:
             raise AutotuneError(f"--rpc {address}: the server has no CUDA GPU (use --target llvm to tune for its CPU)")
-        remote = cuda_spec(gpu, None, has_device=local.has_device)
-        given = json.loads(name) if name.startswith("{") else {}  # resolve_target parsed it already
-        requested = name.partition(":")[2] if name.startswith("cuda:") else given.get("arch")
-        if requested and requested != remote.arch:
-            raise AutotuneError(
-                f"--rpc {address}: --target asks for {requested} but the server's GPU is {remote.arch} ({remote.device_name})"
-            )
-        return dataclasses.replace(remote, config={**remote.config, **given})
+        return _server_gpu(gpu, name, local, address)
+    except AutotuneError:
+        raise
+    except Exception as err:  # the session broke, or the server's runtime refused the query
+        lines = str(err).strip().splitlines()
+        raise AutotuneError(f"--rpc {address}: asking the server for its hardware failed ({lines[-1] if lines else type(err).__name__})") from None
+
+
+def _server_gpu(gpu, name: str, local: TargetSpec, address: str) -> TargetSpec:
+    """The server's GPU as a target; the user's JSON keys other than the arch still apply."""
+    from autotune.target import cuda_spec
+
+    remote = cuda_spec(gpu, None, has_device=local.has_device)
+    given = json.loads(name) if name.startswith("{") else {}  # resolve_target parsed it already
+    requested = name.partition(":")[2] if name.startswith("cuda:") else given.get("arch")
+    if requested and requested != remote.arch:
+        raise AutotuneError(f"--rpc {address}: --target asks for {requested} but the server's GPU is {remote.arch} ({remote.device_name})")
+    return dataclasses.replace(remote, config={**remote.config, **given})
+
+
+def _server_cpu(session: RPCSession, local: TargetSpec) -> TargetSpec:
+    """The server's CPU as an LLVM target: this machine's when LLVM names it the same."""
+    import tvm_ffi
+
     try:
         cpu = str(session.get_function("tvm.codegen.llvm.GetHostCPUName")())
         triple = str(session.get_function("tvm.codegen.llvm.GetProcessTriple")())
     except Exception:  # a server without TVM's compiler library cannot say
         return local
-    import tvm_ffi
-
     if cpu == local.config.get("mcpu") and triple == tvm_ffi.get_global_func("tvm.codegen.llvm.GetProcessTriple")():
         return local
-    config = {**local.config, "mcpu": cpu, "mtriple": triple}
-    return TargetSpec("llvm", config, cpu, cpu, local.has_device)
+    return TargetSpec("llvm", {**local.config, "mcpu": cpu, "mtriple": triple}, cpu, cpu, local.has_device)
 
 
 class RemoteDevice:
