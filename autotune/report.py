@@ -162,6 +162,9 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     caption = f"model latency: {_fmt_model_latency(before)} -> {_fmt_model_latency(after)}"
     if before and after:
         caption += f"  ({before / after:.2f}x)"
+    errors = report.get("model_latency_errors")
+    if isinstance(errors, Mapping) and errors:
+        caption += f"  (not measured: {next(iter(errors.values()))})"
     if report.get("run_id"):
         caption += f"  run {report['run_id']}"
 

@@ -165,13 +165,13 @@ class TuneSession:
         try:
             self.reporter.start_model(spec.name, [(l.name, n) for l, n in zip(tunable, budget)])
             if opts.model_latency:
-                report["model_latency_before"] = self.model_latency(mod, layers, use_history=False)
+                self._time_model(report, "model_latency_before", mod, layers, use_history=False)
             for layer, trials in zip(tunable, budget):
                 outcome = self.tune_layer(layer, trials)
                 outcome["share"] = est[layer.name] / total_est
                 report["layers"].append(outcome)
             if opts.model_latency:
-                report["model_latency_after"] = self.model_latency(mod, layers, use_history=True)
+                self._time_model(report, "model_latency_after", mod, layers, use_history=True)
             status = "finished"
         except KeyboardInterrupt:
             status = "killed"
@@ -198,7 +198,19 @@ class TuneSession:
         rpc = self.options.measure.rpc
         return RemoteDevice(rpc, self.target.kind) if rpc else nullcontext(None)
 
-    def model_latency(self, mod, layers, *, use_history: bool) -> float | None:
+    def _time_model(self, report: dict[str, Any], key: str, mod, layers, *, use_history: bool) -> None:
+        """``report[key]`` = the model's latency; a failure must not lose the tune, so it
+        leaves ``None`` there and its reason under ``model_latency_errors[key]``."""
+        try:
+            report[key] = self.model_latency(mod, layers, use_history=use_history)
+        except Exception as err:
+            lines = str(err).strip().splitlines()
+            reason = (lines[-1] if lines else type(err).__name__)[:300]
+            report[key] = None
+            report.setdefault("model_latency_errors", {})[key] = reason
+            self.reporter.message(f"model latency not measured: {reason}")
+
+    def model_latency(self, mod, layers, *, use_history: bool) -> float:
         """Whole-model latency on the device (the ``--rpc`` server's, if given), default
         schedules or history's best."""
         import numpy as np
@@ -207,30 +219,26 @@ class TuneSession:
 
         from autotune import compile as compiler
 
-        try:
-            work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-            if use_history:
-                work, _ = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
-            ex = compiler.build(work, self.target)
-            with self._remote() as remote:
-                dev = self.target.device() if remote is None else remote.device()
-                vm = relax.VirtualMachine(ex if remote is None else remote.load(ex, "model"), dev)
-                rng = np.random.default_rng(0)
-                args = [
-                    tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev)
-                    for shape, dtype in zip(self._input_shapes, self._input_dtypes)
-                ]
-                if remote is None:
-                    timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
-                    return float(np.median(timer(*args).results))
-                # Over RPC the stateful form: inputs set once, and nothing (a tuple, say)
-                # returned across the connection per call.
-                vm.set_input("main", *args)
-                timer = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=3, min_repeat_ms=50)
-                return float(np.median(timer("main").results))
-        except Exception as err:  # a model-level timing failure must not lose the tune
-            self.reporter.message(f"model latency not measured: {str(err).strip().splitlines()[-1][:200]}")
-            return None
+        work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+        if use_history:
+            work, _ = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
+        ex = compiler.build(work, self.target)
+        with self._remote() as remote:
+            dev = self.target.device() if remote is None else remote.device()
+            vm = relax.VirtualMachine(ex if remote is None else remote.load(ex, "model"), dev)
+            rng = np.random.default_rng(0)
+            args = [
+                tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev)
+                for shape, dtype in zip(self._input_shapes, self._input_dtypes)
+            ]
+            if remote is None:
+                timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
+                return float(np.median(timer(*args).results))
+            # Over RPC the stateful form: inputs set once, and nothing (a tuple, say)
+            # returned across the connection per call.
+            vm.set_input("main", *args)
+            timer = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=3, min_repeat_ms=50)
+            return float(np.median(timer("main").results))
 
     # --- one layer ---------------------------------------------------------------------
     def tune_layer(self, layer, trials: int) -> dict[str, Any]:

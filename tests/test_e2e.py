@@ -230,3 +230,31 @@ def test_report_command_reprints_a_run(tuned, workdir, capsys):
     assert main(["report", report["mlflow_run_id"], "--mlflow-uri", f"sqlite:///{mlruns}", "--out-dir", str(workdir / "rep2")]) == 0
     text = capsys.readouterr().out
     assert "fused_conv2d_add_relu" in text and (workdir / "rep2" / "report.csv").exists()
+
+
+def test_model_timing_failure_keeps_the_tune_and_says_why(workdir, capsys, monkeypatch):
+    """The whole-model timing fails (the model build is made to fail: a fault injected,
+    since nothing here fails on its own): the layers are still tuned and recorded, the
+    latencies are null, and the report carries the reason, in JSON and in the table."""
+    from autotune import compile as compiler
+    from autotune.errors import AutotuneError
+    from autotune.report import format_table
+
+    def broken_build(mod, target):
+        raise AutotuneError("compiling the model for llvm failed: injected fault")
+
+    monkeypatch.setattr(compiler, "build", broken_build)
+    model = _small_cnn(workdir / "timing.onnx")
+    code = main([
+        "tune", str(model), "--target", "llvm", "--trials", "4", "--batch", "4", "--tuner", "random",
+        "--history", str(workdir / "timing.db"), "--no-mlflow", "--no-verify", "--quiet", "--json",
+        "--out-dir", str(workdir / "timing-run"),
+    ])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["model_latency_before"] is None and report["model_latency_after"] is None
+    reason = "compiling the model for llvm failed: injected fault"
+    assert report["model_latency_errors"] == {"model_latency_before": reason, "model_latency_after": reason}
+    assert sum(layer["trials"] for layer in report["layers"]) == 4
+    assert f"not measured: {reason}" in format_table(report)
