@@ -253,6 +253,11 @@ def cmd_compile(args) -> int:
         print(json.dumps(summary))
     else:
         print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history, the rest TVM defaults")
+        kernels = summary.get("device_code")
+        if kernels and kernels.get("note"):
+            print(f"note: {kernels['note']}")
+        elif kernels:
+            print(f"CUDA kernels carried as {', '.join(kernels.get('entries') or []) or kernels.get('format')}")
     return 0
 
 
