@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate; the median is kept (default 5)")
     p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on devices registered with an RPC tracker")
+    p.add_argument("--run-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="a candidate that takes longer (with --rpc: its whole session) counts as a timeout (default 30)")
     p.add_argument("--no-verify", action="store_true", help="skip the numerical check of each layer's winner")
     p.add_argument("--no-model-latency", action="store_true", help="skip timing the whole model before and after")
     p.add_argument("--out-dir", help="where the report, CSV and plot go (default ~/.autotune/runs/RUN_ID)")
@@ -159,12 +161,13 @@ def cmd_tune(args) -> int:
 
     _positive(args.trials, "--trials")
     _positive(args.batch, "--batch")
+    _positive(args.run_timeout, "--run-timeout")
     shapes = parse_input_shapes(args.input_shape)
     target = resolve_target(args.target)
     options = TuneOptions(
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
-        high=args.high, low=args.low, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc),
+        high=args.high, low=args.low, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout),
     )
     _check_tuner(args.tuner)
     ensure_measurable(target, args.rpc)

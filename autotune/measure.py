@@ -143,15 +143,25 @@ class Measurer:
         self.runner_generation = 0  # how many times the local runner's worker was replaced
         #: Wall seconds spent building and timing, cumulative: where measurement time goes.
         self.seconds = {"build": 0.0, "run": 0.0}
+        self._failed_batches = 0  # over RPC: batches in a row with nothing timed
 
     def _make_runner(self):
         ms, opts = self._ms, self.options
         if opts.rpc:
+            from tvm.support.popen_pool import PopenPoolExecutor
+
             host, port, key = _parse_rpc(opts.rpc)
-            return ms.runner.RPCRunner(
+            runner = ms.runner.RPCRunner(
                 rpc_config=ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key, session_timeout_sec=opts.run_timeout),
                 evaluator_config=self._evaluator,
             )
+            # The runner's worker pool has no timeout of its own: a candidate whose server
+            # hangs (or whose tracker never hands one out) would be waited on forever, its
+            # "killed after session_timeout_sec" message notwithstanding. Same pool, bounded:
+            # the server ends a session at run_timeout; the rest is request and upload.
+            runner.pool.shutdown()
+            runner.pool = PopenPoolExecutor(max_workers=1, timeout=2 * opts.run_timeout + _RPC_GRACE_S)
+            return runner
         return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=self._evaluator)
 
     def _current_runner(self):
@@ -199,7 +209,35 @@ class Measurer:
                     out[slot] = Measurement("ok", samples=[float(s) for s in result.run_secs])
                 _remove(rin.artifact_path)
         self.seconds["run"] += time.perf_counter() - t0
+        if self.options.rpc and run_slots:
+            self._check_server([out[slot] for slot in run_slots])
         return [m for m in out if m is not None]
+
+    def _check_server(self, timed: list[Measurement]) -> None:
+        """Stop the tune when the ``--rpc`` server has stopped answering.
+
+        A server that hangs or dies mid-tune stays listed with the tracker, and the runner
+        then fails every candidate after ``run_timeout`` s, for as long as the budget
+        lasts. After ``_RPC_SUSPECT_AFTER`` batches in a row with nothing timed, the
+        server is asked for a session; if none comes, that is one error for the user.
+        """
+        from autotune.errors import AutotuneError
+        from autotune.remote import request_session
+
+        if any(m.status == "ok" for m in timed):
+            self._failed_batches = 0
+            return
+        self._failed_batches += 1
+        if self._failed_batches < _RPC_SUSPECT_AFTER:
+            return
+        try:
+            request_session(self.options.rpc, timeout=max(10.0, 2 * self.options.run_timeout))
+        except AutotuneError as err:
+            raise AutotuneError(
+                f"{err}; stopped after {self._failed_batches} batches in a row with nothing timed on the server"
+                " (measurements so far are kept)"
+            ) from None
+        self._failed_batches = 0  # it answers: the candidates themselves failed
 
     def close(self) -> None:
         self.builder.close()
@@ -219,6 +257,11 @@ def _parse_rpc(text: str) -> tuple[str, int, str]:
         raise AutotuneError(f"--rpc must be HOST:PORT:KEY of an RPC tracker, not {text!r}")
     return parts[0], int(parts[1]), parts[2]
 
+
+#: Batches in a row with nothing timed over RPC before the server is asked if it answers.
+_RPC_SUSPECT_AFTER = 2
+#: Seconds an RPC candidate may take beyond twice ``run_timeout`` (session request, upload).
+_RPC_GRACE_S = 5.0
 
 #: Seconds to wait for the tracker to accept and answer before ``--rpc`` is refused.
 _TRACKER_PROBE_TIMEOUT = 5.0

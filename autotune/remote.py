@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import tempfile
+import threading
 from typing import TYPE_CHECKING
 
 from autotune.errors import AutotuneError
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # TVM is imported lazily (seconds), as everywhere in autotune
 #: with no deadline of its own, so a server that never comes free (taken by another user,
 #: or gone without the tracker noticing) would otherwise hang the tune for good.
 REQUEST_TIMEOUT = 120.0
+#: Seconds to wait for a server the tracker named to answer the session handshake.
+HANDSHAKE_TIMEOUT = 30.0
 #: Seconds after which the server ends one of our sessions: a kernel that never returns
 #: there must not hold the device (and this tune) forever.
 SESSION_TIMEOUT = 600.0
@@ -66,13 +69,31 @@ def request_session(address: str, *, timeout: float | None = None, session_timeo
     if not (isinstance(answer, list) and len(answer) == 2 and answer[0] == base.TrackerCode.SUCCESS):
         raise AutotuneError(f"--rpc {address}: unexpected answer from the tracker: {str(answer)[:100]}")
     server_host, server_port, matchkey = answer[1]
-    try:
-        return rpc.connect(server_host, server_port, matchkey, session_timeout=session_timeout)
-    except Exception as err:  # TVMError from the C++ client: refused, key mismatch
-        lines = str(err).strip().splitlines()
+    outcome: dict[str, object] = {}
+
+    def connect() -> None:
+        try:
+            outcome["session"] = rpc.connect(server_host, server_port, matchkey, session_timeout=session_timeout)
+        except Exception as err:  # TVMError from the C++ client: refused, key mismatch
+            outcome["error"] = err
+
+    # TVM's C++ client waits for the server's handshake with no timeout: a frozen server
+    # (stopped, or its host hung) accepts the TCP connection in the kernel and never
+    # answers. So the connect runs in a thread we stop waiting for.
+    worker = threading.Thread(target=connect, name="autotune-rpc-connect", daemon=True)
+    worker.start()
+    worker.join(HANDSHAKE_TIMEOUT)
+    if worker.is_alive():
         raise AutotuneError(
-            f"--rpc {address}: cannot open a session on the server at {server_host}:{server_port} ({lines[-1] if lines else err})"
+            f"--rpc {address}: the server at {server_host}:{server_port} took the connection but did not answer"
+            f" within {HANDSHAKE_TIMEOUT:g} s (stopped or hung?)"
+        )
+    if "error" in outcome:
+        lines = str(outcome["error"]).strip().splitlines()
+        raise AutotuneError(
+            f"--rpc {address}: cannot open a session on the server at {server_host}:{server_port} ({lines[-1] if lines else outcome['error']})"
         ) from None
+    return outcome["session"]  # type: ignore[return-value]
 
 
 def remote_target(name: str | None, address: str, *, timeout: float | None = None) -> TargetSpec:

@@ -349,3 +349,55 @@ def test_remote_target_asks_the_server(rpc_setup):
     target = remote.remote_target("auto", rpc_setup.address)
     assert rpc_setup.sessions() - sessions == 1
     assert target == resolve_target("llvm")
+
+
+# --- a server that stops answering: an error, not a hang or a budget of timeouts ----------------
+@pytest.fixture
+def frozen_server(tmp_path):
+    """A tracker and a server that registered and was then stopped (SIGSTOP), as a hung
+    host looks: still listed, its port still accepts, it never answers."""
+    import os
+    import signal
+
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    start = _free_port()
+    tracker = Tracker("127.0.0.1", port=start, port_end=start + 100, silent=True)
+    server = None
+    try:
+        start = _free_port()
+        server = Server("127.0.0.1", port=start, port_end=start + 100, tracker_addr=("127.0.0.1", tracker.port), key="frozen",
+                        server_init_callback=_server_log_to(str(tmp_path / "frozen.log")))
+        _wait_registered("127.0.0.1", tracker.port, "frozen")
+        pid = server.proc._proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield f"127.0.0.1:{tracker.port}:frozen"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        if server is not None:
+            server.terminate()
+        tracker.terminate()
+
+
+def test_a_hung_server_is_an_error_at_the_start(capsys, workdir, frozen_server, monkeypatch):
+    """The handshake has its own timeout: before it, asking the hung server for its
+    hardware waited forever in TVM's client."""
+    monkeypatch.setattr(remote, "HANDSHAKE_TIMEOUT", 2.0)
+    _refused(capsys, workdir, frozen_server, "did not answer within 2 s")
+
+
+def test_a_server_that_stops_answering_mid_tune_stops_the_tune(frozen_server, monkeypatch):
+    """Every candidate then times out in the runner; after two such batches the server is
+    asked for a session, none comes, and measuring stops with one error."""
+    monkeypatch.setattr(remote, "HANDSHAKE_TIMEOUT", 2.0)
+    measurer = Measurer(resolve_target("llvm"), MeasureOptions(repeat=1, rpc=frozen_server, run_timeout=1.0))
+    try:
+        first = measurer.measure([_matmul(16)])
+        assert [m.status for m in first] == ["timeout"]
+        with pytest.raises(AutotuneError, match="stopped after 2 batches in a row with nothing timed on the server"):
+            measurer.measure([_matmul(16)])
+    finally:
+        measurer.close()
