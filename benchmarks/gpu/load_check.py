@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 PROBE = r"""
 import json, sys, time
@@ -49,8 +50,11 @@ def main() -> int:
     report = {}
     for path in sys.argv[1:]:
         data = open(path, "rb").read()
+        sidecar = Path(path + ".json")
         report[path] = {
             "bytes": len(data),
+            # what autotune says the export carries (fatbin entries, or cubin / CUDA C)
+            "device_code": json.loads(sidecar.read_text()).get("device_code") if sidecar.exists() else None,
             "carries_cuda_source": b"__global__" in data,
             "carries_elf_cubin": data.count(b"\x7fELF") > 1,  # the .so itself is one ELF
             "without_compiler": probe("no-compiler", path),
