@@ -216,9 +216,9 @@ class Measurer:
     def _check_server(self, timed: list[Measurement]) -> None:
         """Stop the tune when the ``--rpc`` server has stopped answering.
 
-        A server that hangs or dies mid-tune stays listed with the tracker, and the runner
-        then fails every candidate after ``run_timeout`` s, for as long as the budget
-        lasts. After ``_RPC_SUSPECT_AFTER`` batches in a row with nothing timed, the
+        A server that hangs mid-tune stays listed with the tracker, and the runner then
+        fails every candidate after its pool timeout (2 x ``run_timeout`` + 5 s), for as
+        long as the budget lasts. After ``_RPC_SUSPECT_AFTER`` batches in a row with nothing timed, the
         server is asked for a session; if none comes, that is one error for the user.
         """
         from autotune.errors import AutotuneError
