@@ -541,22 +541,26 @@ def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".export-*"))
 
     with open_history(tmp_path / "dst.db") as dst:
-        counts = import_json(dst, out)
-        assert counts == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3}
-        assert record_dicts(dst) == record_dicts(src)
-        assert dst.targets() == src.targets()
-        assert dst.workloads() == src.workloads()
-        again = import_json(dst, out)
-        assert again == {"added": 0, "skipped": 6, "targets_added": 0, "workloads_added": 0}
-        assert record_dicts(dst) == record_dicts(src)
-        # New records on the source side merge in; old ones are still skipped.
-        src.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d1", config={"k": 4}, samples=[2e-3], status="ok")
-        buf = io.StringIO()
-        export_json(src, buf)
-        buf.seek(0)
-        assert import_json(dst, buf)["added"] == 1
-        assert record_dicts(dst) == record_dicts(src)
+        check_import_merges(src, dst, out)
     src.close()
+
+
+def check_import_merges(src: HistoryStore, dst: HistoryStore, out: Path) -> None:
+    """``out`` (``populated`` ``src``'s export) into an empty ``dst``: everything once,
+    nothing on a second import, and later source records merge in."""
+    assert import_json(dst, out) == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3}
+    assert record_dicts(dst) == record_dicts(src)
+    assert dst.targets() == src.targets()
+    assert dst.workloads() == src.workloads()
+    assert import_json(dst, out) == {"added": 0, "skipped": 6, "targets_added": 0, "workloads_added": 0}
+    assert record_dicts(dst) == record_dicts(src)
+    # New records on the source side merge in; old ones are still skipped.
+    src.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d1", config={"k": 4}, samples=[2e-3], status="ok")
+    buf = io.StringIO()
+    export_json(src, buf)
+    buf.seek(0)
+    assert import_json(dst, buf)["added"] == 1
+    assert record_dicts(dst) == record_dicts(src)
 
 
 def test_filtered_export(tmp_path: Path) -> None:

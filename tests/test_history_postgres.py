@@ -33,6 +33,7 @@ from tests.test_history import (
     DENSE,
     GPU,
     _run_script,
+    check_import_merges,
     check_runs,
     check_two_importers,
     check_two_writers,
@@ -338,16 +339,7 @@ def test_export_import_between_sqlite_and_postgres(tmp_path: Path, url: str) -> 
     out = tmp_path / "export.json"
     assert export_json(src, out) == 6
     with open_history(url) as dst:
-        assert import_json(dst, out) == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3}
-        assert record_dicts(dst) == record_dicts(src)
-        assert dst.targets() == src.targets() and dst.workloads() == src.workloads()
-        assert import_json(dst, out) == {"added": 0, "skipped": 6, "targets_added": 0, "workloads_added": 0}
-        src.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d1", config={"k": 4}, samples=[2e-3], status="ok")
-        buf = io.StringIO()
-        export_json(src, buf)
-        buf.seek(0)
-        assert import_json(dst, buf)["added"] == 1
-        assert record_dicts(dst) == record_dicts(src)
+        check_import_merges(src, dst, out)
         # And back: PostgreSQL's export is the same document as SQLite's.
         back, again = io.StringIO(), io.StringIO()
         export_json(dst, back)
