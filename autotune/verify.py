@@ -51,7 +51,8 @@ def check(
 
     With ``remote`` the candidate runs on that device. Its session is had before the
     candidate is touched: not getting one (an :class:`AutotuneError`) says nothing about
-    the candidate, so it is raised, not returned as a failed check.
+    the candidate, so it is raised, not returned as a failed check. The same holds when
+    the candidate fails there and the server then no longer gives a session.
     """
     import tvm
 
@@ -59,14 +60,22 @@ def check(
 
     arrays = random_args(func, seed)
     device = target.device() if remote is None else remote.device()
+    failure = None
     try:
         got = run_module(mod, target.tvm_target, device, arrays, remote=remote)
     except Exception as err:  # a schedule that builds in a worker but fails here
-        where = ""
+        where = " on the RPC server" if remote is not None else ""
+        failure = f"candidate failed to run{where}: {str(err).strip().splitlines()[-1][:300]}"
+    if failure is not None:
         if remote is not None:
-            remote.close()  # a crash may have ended the session: the next candidate gets a fresh one
-            where = " on the RPC server"
-        return f"candidate failed to run{where}: {str(err).strip().splitlines()[-1][:300]}"
+            # A crash may have ended the session: the next candidate gets a fresh one, had
+            # now, once this one's last references are gone (the server serves one session
+            # at a time). A server that no longer answers at all is no fault of the
+            # candidate: that AutotuneError stops the tune instead of failing the check.
+            del device
+            remote.close()
+            remote.device()
+        return failure
     host = tvm.target.Target({"kind": "llvm"})
     want = run_module(as_module(func), host, tvm.cpu(0), arrays)
     for i, (g, w) in enumerate(zip(got, want)):

@@ -353,9 +353,10 @@ def test_remote_target_asks_the_server(rpc_setup):
 
 # --- a server that stops answering: an error, not a hang or a budget of timeouts ----------------
 @pytest.fixture
-def frozen_server(tmp_path):
-    """A tracker and a server that registered and was then stopped (SIGSTOP), as a hung
-    host looks: still listed, its port still accepts, it never answers."""
+def private_server(tmp_path):
+    """A tracker and a server of this test's own, so it can stop (SIGSTOP) the server as a
+    hung host looks: still listed, its port still accepts, it never answers. Yields the
+    address and the server's pid; the server is resumed and ended afterwards."""
     import os
     import signal
 
@@ -367,19 +368,28 @@ def frozen_server(tmp_path):
     server = None
     try:
         start = _free_port()
-        server = Server("127.0.0.1", port=start, port_end=start + 100, tracker_addr=("127.0.0.1", tracker.port), key="frozen",
-                        server_init_callback=_server_log_to(str(tmp_path / "frozen.log")))
-        _wait_registered("127.0.0.1", tracker.port, "frozen")
+        server = Server("127.0.0.1", port=start, port_end=start + 100, tracker_addr=("127.0.0.1", tracker.port), key="private",
+                        server_init_callback=_server_log_to(str(tmp_path / "private.log")))
+        _wait_registered("127.0.0.1", tracker.port, "private")
         pid = server.proc._proc.pid
-        os.kill(pid, signal.SIGSTOP)
         try:
-            yield f"127.0.0.1:{tracker.port}:frozen"
+            yield f"127.0.0.1:{tracker.port}:private", pid
         finally:
             os.kill(pid, signal.SIGCONT)
     finally:
         if server is not None:
             server.terminate()
         tracker.terminate()
+
+
+@pytest.fixture
+def frozen_server(private_server):
+    import os
+    import signal
+
+    address, pid = private_server
+    os.kill(pid, signal.SIGSTOP)
+    return address
 
 
 def test_a_hung_server_is_an_error_at_the_start(capsys, workdir, frozen_server, monkeypatch):
@@ -401,3 +411,33 @@ def test_a_server_that_stops_answering_mid_tune_stops_the_tune(frozen_server, mo
             measurer.measure([_matmul(16)])
     finally:
         measurer.close()
+
+
+def _wrong_arity():
+    """A kernel of two parameters, checked against the three-parameter matmul: it builds,
+    and fails when called with the matmul's arguments."""
+    a = te.placeholder((8, 8), name="A")
+    return tvm.IRModule({"main": te.create_prim_func([a, te.compute((8, 8), lambda i, j: a[i, j] + 1.0, name="B")])})
+
+
+def test_a_candidate_that_fails_on_the_server_fails_its_check(private_server):
+    address, _ = private_server
+    with remote.RemoteDevice(address, "llvm") as device:
+        problem = verify.check(_wrong_arity(), _matmul(8)["main"], resolve_target("llvm"), remote=device)
+    assert problem is not None and problem.startswith("candidate failed to run on the RPC server: ")
+
+
+def test_a_server_that_stops_answering_during_a_check_is_an_error(private_server, monkeypatch):
+    """The candidate fails while the server is stopping: whether it was the kernel or the
+    server cannot be told from the failure, so the server is asked for a new session;
+    none comes, and that stops the tune rather than failing the candidate."""
+    import os
+    import signal
+
+    address, pid = private_server
+    monkeypatch.setattr(remote, "HANDSHAKE_TIMEOUT", 2.0)
+    with remote.RemoteDevice(address, "llvm", request_timeout=5.0) as device:
+        device.device()  # this check's session is open (served by a process of its own)
+        os.kill(pid, signal.SIGSTOP)  # then the server itself stops answering
+        with pytest.raises(AutotuneError, match="did not"):
+            verify.check(_wrong_arity(), _matmul(8)["main"], resolve_target("llvm"), remote=device)
