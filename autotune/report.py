@@ -116,7 +116,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
         achieved = achieved_flops(flops, best)
         fraction = None
         if peaks is not None and achieved is not None and best:
-            fraction = roofline_fraction(flops or 0.0, nbytes or 0.0, best, peaks.peak_flops, peaks.peak_bw)
+            fraction = roofline_fraction(flops or 0.0, nbytes or 0.0, best, peaks.peak_flops, peaks.memory_bw(nbytes or 0.0))
         rows.append(
             {
                 "name": layer.get("name"),

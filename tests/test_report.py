@@ -246,6 +246,31 @@ def test_measure_cpu_is_plausible() -> None:
     assert 1e8 < peaks.peak_flops < 1e14
     assert 1e8 < peaks.peak_bw < 1e13
     assert peaks.source == "measured"
+    if roofline.last_level_cache_bytes() >= 1024 * 1024:  # the cache roof is measured, and no lower than DRAM's
+        assert peaks.cache_bw >= peaks.peak_bw and peaks.cache_bytes == roofline.last_level_cache_bytes() // 2
+
+
+def test_cache_resident_layers_meet_the_cache_roof() -> None:
+    """Timed runs repeat on warm caches: bytes that fit in the last-level cache are held to
+    its bandwidth, larger ones to DRAM's; a GPU table entry has no cache roof."""
+    peaks = Peaks(1e12, 2e10, source="measured", cache_bw=8e10, cache_bytes=16e6)
+    assert peaks.memory_bw(4e6) == 8e10 and peaks.memory_bw(16e6) == 8e10
+    assert peaks.memory_bw(64e6) == 2e10 and peaks.memory_bw(0) == 2e10
+    assert Peaks.from_dict(peaks.to_dict()) == peaks
+    assert Peaks.from_dict({"peak_flops": 1e12, "peak_bw": 2e10}).memory_bw(4e6) == 2e10
+    rows = summary_rows({"layers": [{"name": "l", "flops": 4e7, "bytes": 4e6, "best_latency": 1e-3}]}, peaks)
+    # 4e10 FLOP/s achieved; at 10 FLOP/B the roof is 8e11 (the cache's), not 2e11 (DRAM's)
+    assert rows[0]["roofline_fraction"] == pytest.approx(4e10 / 8e11)
+
+
+def test_cached_peaks_of_an_older_method_are_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "rf.json"
+    cache.write_text(json.dumps({"Cpu A": {"peak_flops": 1e11, "peak_bw": 1e10, "source": "measured", "device_name": "Cpu A"}}))
+    monkeypatch.setattr(roofline, "measure_cpu", lambda device_name=None, seconds=0.8: Peaks(2e11, 3e10, "measured", device_name or "", 9e10, 8e6))
+    peaks = roofline.cpu_peaks("Cpu A", cache_path=cache)
+    assert peaks is not None and (peaks.peak_flops, peaks.cache_bw) == (2e11, 9e10)
+    again = roofline.cpu_peaks("Cpu A", cache_path=cache)
+    assert again is not None and again.source == "cache" and (again.cache_bw, again.cache_bytes) == (9e10, 8e6)
 
 
 # -- progress -------------------------------------------------------------------------------------
