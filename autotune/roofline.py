@@ -3,7 +3,8 @@
 GPU peaks come from a table of published specs (fp32 non-tensor-core FLOP/s and DRAM bandwidth),
 matched by device name. CPUs vary too much for a table, so their peaks are measured once (a numpy
 matmul, and array copies on every core sized for DRAM and for the last-level cache, about a
-second) and cached as JSON under ``~/.autotune/roofline.json`` keyed by device name. Only stdlib is imported at module level; numpy is imported when measuring.
+second) and cached as JSON under ``~/.autotune/roofline.json`` keyed by device name. Only
+stdlib is imported at module level; numpy is imported when measuring.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Peaks:
     device_name: str = ""
     #: Bandwidth of the last-level cache and its size (0: unknown). Timed runs repeat on
     #: warm caches, so a layer whose bytes fit there is held to this roof, not DRAM's:
-    #: against DRAM alone, cache-resident layers showed 130% to 310% on this CPU.
+    #: against DRAM alone, cache-resident layers read 129% to 308% on this CPU.
     cache_bw: float = 0.0
     cache_bytes: float = 0.0
 
@@ -159,16 +160,25 @@ def _copy_bandwidth(total_floats: int, seconds: float, threads: int) -> float:
     n = max(1, total_floats // threads)
     pairs = [(np.ones(n, dtype=np.float32), np.empty(n, dtype=np.float32)) for _ in range(threads)]
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda p: np.copyto(p[1], p[0]), pairs))  # fault in the pages
-        best = math.inf
-        deadline = time.perf_counter() + seconds
-        while True:
-            t0 = time.perf_counter()
+
+        def copy_all() -> None:
             list(pool.map(lambda p: np.copyto(p[1], p[0]), pairs))
-            best = min(best, time.perf_counter() - t0)
-            if time.perf_counter() > deadline:
-                break
+
+        copy_all()  # fault in the pages
+        best = _best_seconds(copy_all, seconds)
     return 2.0 * 4 * n * threads / best  # one read and one write per element
+
+
+def _best_seconds(fn, seconds: float) -> float:
+    """The fastest of repeated calls of ``fn`` within about ``seconds`` (at least one)."""
+    best = math.inf
+    deadline = time.perf_counter() + seconds
+    while True:
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() > deadline:
+            return best
 
 
 def measure_cpu(device_name: str | None = None, seconds: float = 0.8) -> Peaks:
@@ -178,8 +188,6 @@ def measure_cpu(device_name: str | None = None, seconds: float = 0.8) -> Peaks:
     Best-of-several repetitions so a noisy first run (page faults, thread pool start) is not the
     number kept. These are attainable, not datasheet, peaks: good enough to rank layers.
     """
-    import os
-
     import numpy as np
 
     part = max(seconds, 0.1) / 3
@@ -187,17 +195,11 @@ def measure_cpu(device_name: str | None = None, seconds: float = 0.8) -> Peaks:
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)
     b = np.random.default_rng(1).random((n, n), dtype=np.float32)
     a @ b  # warm up BLAS threads
-    best = math.inf
-    deadline = time.perf_counter() + part
-    while True:
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-        if time.perf_counter() > deadline:
-            break
-    flops = 2.0 * n**3 / best
+    flops = 2.0 * n**3 / _best_seconds(lambda: a @ b, part)
 
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from autotune.target import _physical_cores
+
+    threads = _physical_cores()  # the cores a kernel for this target runs on (its num-cores)
     bw = _copy_bandwidth(32 * 1024 * 1024, part, threads)  # 128 MiB a side, larger than any LLC
     llc = last_level_cache_bytes()
     # sources and destinations together fill half the cache, so they stay resident
