@@ -234,6 +234,25 @@ def fatbin_entries(data: bytes) -> list[str]:
     return sorted(entries)
 
 
+def export_library(lib, path: str, target) -> dict[str, Any] | None:
+    """``lib.export_library(path)``, its CUDA C compiled to fatbins on the way.
+
+    For every export that leaves this process for a GPU: the deployed model, and with
+    ``--rpc`` each candidate the runner uploads and each module verify or the model
+    timing loads on the server, which then needs the driver only, not TVM's NVRTC.
+    ``lib`` is a runtime module or a Relax executable (whose ``mod`` holds the imports);
+    ``target`` the TVM target it was built for. Returns ``embed_fatbins``' summary for
+    CUDA, None otherwise.
+    """
+    if target.kind.name != "cuda":
+        lib.export_library(path)
+        return None
+    binaries = embed_fatbins(getattr(lib, "mod", lib), str(target.arch), target)
+    packer = binaries.packer()
+    lib.export_library(path, **({"fpack_imports": packer} if packer else {}))
+    return binaries.info
+
+
 def embed_fatbins(host_module, arch: str, target) -> DeviceBinaries:
     """Compile every CUDA module still holding CUDA C to a fatbin, in a copy of the blob.
 

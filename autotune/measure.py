@@ -58,14 +58,19 @@ class MeasureOptions:
 
 
 def _build_worker(mod, target, export_dir: str) -> str:
-    """Runs in a warm worker: compile one scheduled module and export a shared library."""
+    """Runs in a warm worker: compile one scheduled module and export a shared library.
+
+    Built without a GPU (for an ``--rpc`` server), CUDA kernels go as a fatbin compiled
+    here, so the server loads them with the driver alone (``autotune.device_code``)."""
     import tvm
+
+    from autotune.device_code import export_library
 
     with target:
         rt_mod = tvm.compile(mod, target=target)
     fd, path = tempfile.mkstemp(suffix=".so", dir=export_dir)
     os.close(fd)
-    rt_mod.export_library(path)
+    export_library(rt_mod, path, target)
     return path
 
 

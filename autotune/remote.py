@@ -29,6 +29,7 @@ from autotune.target import TargetSpec
 if TYPE_CHECKING:  # TVM is imported lazily (seconds), as everywhere in autotune
     from tvm.rpc import RPCSession
     from tvm.runtime import Device, Module
+    from tvm.target import Target
 
 #: Seconds to wait for the tracker to hand out a free server. The tracker queues a request
 #: with no deadline of its own, so a server that never comes free (taken by another user,
@@ -185,16 +186,19 @@ class RemoteDevice:
         """The remote device kernels for the target run on."""
         return self.session.device("cuda" if self.kind == "cuda" else "cpu", 0)
 
-    def load(self, lib: Module, purpose: str) -> Module:
-        """Export ``lib`` (built here), upload it and load it on the server.
+    def load(self, lib: Module, purpose: str, target: Target) -> Module:
+        """Export ``lib`` (built here for ``target``), upload it and load it on the server.
 
+        CUDA kernels travel as a fatbin where nvcc is here (``device_code.export_library``).
         The remote file is named ``autotune-<purpose>-<n>.so``, so the server's log tells
         our loads apart from the runner's.
         """
+        from autotune.device_code import export_library
+
         name = f"autotune-{purpose}-{next(self._names)}.so"
         with tempfile.TemporaryDirectory(prefix="autotune-rpc-") as tmp:
             path = os.path.join(tmp, name)
-            lib.export_library(path)
+            export_library(lib, path, target)
             session = self.session
             session.upload(path, name)
         return session.load_module(name)

@@ -225,7 +225,7 @@ class TuneSession:
         ex = compiler.build(work, self.target)
         with self._remote() as remote:
             dev = self.target.device() if remote is None else remote.device()
-            vm = relax.VirtualMachine(ex if remote is None else remote.load(ex, "model"), dev)
+            vm = relax.VirtualMachine(ex if remote is None else remote.load(ex, "model", self.target.tvm_target), dev)
             rng = np.random.default_rng(0)
             args = [
                 tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev)

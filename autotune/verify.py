@@ -38,7 +38,7 @@ def run_module(mod, target, device, arrays: list[np.ndarray], *, remote: RemoteD
     with target:
         lib = tvm.compile(mod, target=target)
     if remote is not None:
-        lib = remote.load(lib, "verify")
+        lib = remote.load(lib, "verify", target)
     tensors = [tvm.runtime.tensor(a, device) for a in arrays]
     lib["main"](*tensors)
     return [t.numpy() for t in tensors]

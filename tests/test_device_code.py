@@ -26,8 +26,17 @@ ARCH = "sm_80"
 
 
 @pytest.fixture(scope="module")
-def cuda_lib():
+def cuda_lib(cuda_mod):
     """A two-kernel CUDA library, built here as on any machine without a GPU."""
+    import tvm
+
+    target = resolve_target(f"cuda:{ARCH}")
+    return tvm.compile(cuda_mod, target=target.tvm_target), target
+
+
+@pytest.fixture(scope="module")
+def cuda_mod():
+    """Two elementwise kernels, scheduled for CUDA (threads bound)."""
     import tvm
     from tvm import te
 
@@ -40,8 +49,7 @@ def cuda_lib():
         outer, inner = sch.split(loop, [None, 128])
         sch.bind(outer, "blockIdx.x")
         sch.bind(inner, "threadIdx.x")
-    target = resolve_target(f"cuda:{ARCH}")
-    return tvm.compile(sch.mod, target=target.tvm_target), target
+    return sch.mod
 
 
 def cuda_payloads(blob: ImportsBlob) -> list[CudaPayload]:
@@ -106,6 +114,40 @@ def test_tvms_loader_hands_the_fatbin_module_to_the_cuda_loader(cuda_lib, tmp_pa
         tvm_ffi.remove_global_func(name)
     assert received == [dict(ImportsBlob.parse(binaries.blob).modules)["cuda"]]
     assert CudaPayload.parse(received[0]).fmt == "fatbin"
+
+
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
+def test_rpc_candidates_and_server_loads_carry_a_fatbin(cuda_mod, cuda_lib, tmp_path):
+    """What ``--rpc`` uploads: each candidate from the warm builder's workers, and each
+    module that verify or the model timing loads on the server (``RemoteDevice.load``
+    exports through the same ``export_library``). Neither may leave CUDA C for the server."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from autotune.device_code import export_library
+    from autotune.measure import WarmBuilder
+
+    lib, target = cuda_lib
+    builder = WarmBuilder(max_workers=1)
+    try:
+        (result,) = builder.build([BuilderInput(cuda_mod, target.tvm_target)])
+        assert result.error_msg is None
+        candidate = open(result.artifact_path, "rb").read()
+    finally:
+        builder.close()
+    out = tmp_path / "verify.so"
+    info = export_library(lib, str(out), target.tvm_target)
+    assert info["format"] == "fatbin" and info["modules"] == 1
+    for data in (candidate, out.read_bytes()):
+        assert struct.pack("<I", 0xBA55ED50) in data
+        assert b"__global__" not in data
+    import tvm
+    from tvm import te
+
+    llvm = resolve_target("llvm").tvm_target  # other targets export as TVM does
+    a = te.placeholder((16,), name="A")
+    cpu = tvm.compile(te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="C")]), target=llvm)
+    assert export_library(cpu, str(tmp_path / "cpu.so"), llvm) is None
+    assert (tmp_path / "cpu.so").stat().st_size > 0
 
 
 def test_a_build_without_cuda_source_is_left_to_tvm(cuda_lib, monkeypatch):
