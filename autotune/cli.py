@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("zoo", help="bundled models")
     zsub = p.add_subparsers(dest="zoo_command", metavar="ACTION")
+    p.set_defaults(help_of=p)  # with no ACTION: this command's help, not the top level's
     z = zsub.add_parser("list", help="list bundled models")
     _json_arg(z)
     z.set_defaults(func=cmd_zoo_list)
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("history", help="inspect, export and import the tuning history")
     hsub = p.add_subparsers(dest="history_command", metavar="ACTION")
+    p.set_defaults(help_of=p)  # with no ACTION: this command's help, not the top level's
     h = hsub.add_parser("ls", help="one line per layer and target: records, best latency")
     _history_arg(h)
     _json_arg(h)
@@ -467,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        getattr(args, "help_of", parser).print_help()
         return EXIT_USAGE
     try:
         return int(args.func(args) or 0)

@@ -121,7 +121,7 @@ def decompose(mod, *, batch_size: int | None = None) -> list[Layer]:
             if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
                 gvar = value.args[0]
                 args = value.args[1].fields if isinstance(value.args[1], relax.Tuple) else [value.args[1]]
-                calls.append((gvar.name_hint, [isinstance(a, tvm.ir.expr.Constant) for a in args]))
+                calls.append((str(gvar.name_hint), [isinstance(a, tvm.ir.expr.Constant) for a in args]))
 
     counts: dict[str, int] = {}
     for name, _ in calls:

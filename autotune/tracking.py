@@ -132,6 +132,11 @@ def open_client(uri: str | None = None) -> tuple["MlflowClient", str]:
 
             client = MlflowClient(tracking_uri=resolved)
     except Exception as exc:
+        if "MLFLOW_ALLOW_FILE_STORE" in str(exc):  # its one long line would be cut before the way out
+            raise AutotuneError(
+                f"MLflow refuses the file store {resolved} (deprecated): give a directory or .db path instead"
+                " (autotune keeps an SQLite store there), or set MLFLOW_ALLOW_FILE_STORE=true to use it anyway"
+            ) from None
         raise AutotuneError(f"cannot open MLflow tracking store {resolved}: {_one_line(exc)}") from None
     return client, resolved
 
@@ -309,6 +314,7 @@ class MlflowTracker(Tracker):
         return run
 
     def _create_run(self, name: str, tags: Mapping[str, Any]) -> str:
+        name = str(name)  # a layer name may be TVM's str subclass, which a file store cannot write
         base = {"mlflow.runName": name, "mlflow.source.name": "autotune", "mlflow.source.type": "LOCAL"}
         with contextlib.suppress(Exception):
             base["mlflow.user"] = getpass.getuser()

@@ -282,6 +282,15 @@ def test_no_command_prints_help_and_exits_2(capsys):
     assert "usage: autotune" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command, actions", [("zoo", ["list", "export"]), ("history", ["ls", "show", "best", "export", "import"])])
+def test_command_without_action_prints_its_own_help(capsys, command, actions):
+    assert main([command]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: autotune {command} ")
+    for action in actions:
+        assert f"    {action} " in out, action
+
+
 def test_python_m_autotune_help(env):
     proc = subprocess.run([sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True,
                           timeout=120, env=os.environ.copy())

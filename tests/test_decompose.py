@@ -141,6 +141,11 @@ def test_identical_layers_share_key_and_count(resnet):
     assert resnet[0].occurrences == 1
 
 
+def test_layer_names_are_plain_strings(resnet):
+    """Not TVM's ``str`` subclass, which YAML and pickle-free stores cannot write."""
+    assert all(type(layer.name) is str for layer in resnet)
+
+
 def test_workload_key_is_structural(resnet):
     """Same kernel under another name -> same key; another kernel -> another key."""
     a, b = _convs(resnet)[1], _convs(resnet)[2]

@@ -270,6 +270,31 @@ def test_unreachable_store_is_one_line_error(tmp_path: Path) -> None:
     assert "\n" not in str(info.value) and "tracking store" in str(info.value)
 
 
+def test_file_store_refused_with_the_way_out_then_usable_when_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow refuses ``file:`` stores unless MLFLOW_ALLOW_FILE_STORE is set; the error
+    names both ways out, and once allowed, layer runs named by TVM (its ``str``
+    subclass, which the file store's YAML cannot write) are stored."""
+    import tvm_ffi
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = (tmp_path / "mlruns").as_uri()
+    with pytest.raises(AutotuneError) as info:
+        Tracker.create(True, uri)
+    message = str(info.value)
+    assert "\n" not in message and "MLFLOW_ALLOW_FILE_STORE=true" in message and ".db path" in message
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    name = tvm_ffi.core.String("fused_conv2d_add_relu")  # what TVM names a function with
+    assert type(name) is not str
+    with Tracker.create(True, uri) as tracker:
+        parent = tracker.start("resnet18")
+        with tracker.layer(name, params={"tuner": "xgb"}):
+            tracker.log_trial(1, 0.001)
+    children = children_of(client_for(uri), parent)
+    assert list(children) == ["fused_conv2d_add_relu"]
+    assert children["fused_conv2d_add_relu"].data.params == {"tuner": "xgb"}
+
+
 def test_unreachable_server_fails_fast(tmp_path: Path) -> None:
     import time
 
