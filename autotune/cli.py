@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -476,6 +477,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted; measurements so far are kept in history", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `autotune history ls | head`: the reader left, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 128 + signal.SIGPIPE
     except Exception as err:  # one clear line for the user's mistakes; tracebacks for ours
         from autotune.errors import AutotuneError
 

@@ -159,6 +159,9 @@ def compile_model(
 ) -> dict[str, Any]:
     """The whole ``autotune compile`` command as a function: returns its summary."""
     from autotune import decompose, frontend
+    from autotune.errors import keep_interrupts_through_tvm
+
+    keep_interrupts_through_tvm()
 
     check_output_path(out)
     spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)

@@ -132,6 +132,10 @@ class Measurer:
     def __init__(self, target: TargetSpec, options: MeasureOptions | None = None) -> None:
         from tvm.s_tir import meta_schedule as ms
 
+        from autotune.errors import keep_interrupts_through_tvm
+
+        keep_interrupts_through_tvm()  # Ctrl-C while the runner waits: an interrupt, not an error
+
         self.target = target
         self.options = options or MeasureOptions()
         opts = self.options

@@ -100,6 +100,7 @@ class MetaScheduleSpace(KnobSpace):
         from tvm.s_tir import meta_schedule as ms
 
         self.target = target
+        func = without_unknown_rules(func, target)
         self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
         kind = "cuda" if target.kind.name == "cuda" else "llvm"
         with _CONTEXT_LOCK:
@@ -361,6 +362,32 @@ def _categorical_label(insts, i: int, rv, names: dict) -> str | None:
         if any(x is not None and x.same_as(rv) for x in list(later.inputs) if hasattr(x, "same_as")):
             return f"{later.kind.name.lower()}{i}"
     return None
+
+
+def without_unknown_rules(func, target):
+    """``func`` without the ``schedule_rule`` annotations no function is registered for.
+
+    TOPI marks blocks for hand-written rules (pooling: ``meta_schedule.pool_max``), which
+    meta-schedule's ``ApplyCustomRule`` looks up per target key. Missing, it logs a
+    warning on every design-space generation and removes the mark so the generic rules
+    apply. Removing it first gives the same space, without the warning in the user's
+    tune output.
+    """
+    import tvm_ffi
+    from tvm.s_tir import Schedule
+
+    keys = [str(k) for k in target.keys]
+    sch = Schedule(func)
+    changed = False
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        rule = sch.get(rv).annotations.get("schedule_rule")
+        if rule is None or str(rule) == "None":
+            continue
+        names = [f"s_tir.meta_schedule.{key}.{rule}" for key in keys]
+        if not any(tvm_ffi.get_global_func(n, allow_missing=True) for n in names):
+            sch.unannotate(rv, "schedule_rule")
+            changed = True
+    return sch.mod["main"] if changed else func
 
 
 def _block_iter_names(func) -> dict[str, list[str]]:

@@ -300,6 +300,56 @@ def test_python_m_autotune_help(env):
         assert cmd in proc.stdout
 
 
+def test_a_reader_that_leaves_early_is_no_error(env):
+    """``autotune zoo list | head -0``: the pipe closes before we write; no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "zoo", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=os.environ.copy())
+    proc.stdout.close()  # before the interpreter has even started autotune
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err  # 128 + SIGPIPE, as the shell reports a writer the pipe ended
+    assert err == b""
+
+
+def test_ctrl_c_mid_tune_keeps_what_was_measured(env):
+    """SIGINT while measuring: exit 130 with one line, the records so far stay in a
+    sound database, and the run is marked killed there."""
+    import signal
+    import sqlite3
+    import time
+
+    history = env / "h.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "tune", "resnet18", "--size", "32", "--max-layers", "1", "--trials", "500",
+         "--batch", "2", "--target", "llvm", "--history", str(history), "--no-mlflow", "--no-verify",
+         "--no-model-latency", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+    )
+
+    def count() -> int:
+        if not history.exists():
+            return 0
+        with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
+            try:
+                return db.execute("select count(*) from records").fetchone()[0]
+            except sqlite3.OperationalError:  # tables not there yet
+                return 0
+
+    deadline = time.monotonic() + 300
+    while count() < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    seen = count()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "autotune: interrupted; measurements so far are kept in history"
+    assert "Traceback" not in err
+    with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
+        assert db.execute("pragma integrity_check").fetchone() == ("ok",)
+        assert db.execute("select count(*) from records").fetchone()[0] >= seen >= 4
+        assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
+
+
 def test_import_cli_does_not_import_heavy_modules(env):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import autotune.cli"],
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())

@@ -57,12 +57,17 @@ def test_perfect_tilings_counts():
 
 # --- a MetaScheduleSpace for ResNet-18 convs ------------------------------------------------------
 @pytest.fixture(scope="module")
-def convs():
+def resnet_layers():
     from autotune.decompose import decompose
     from autotune.frontend import load_and_fuse
 
     _, mod = load_and_fuse("resnet18", size=64)
-    layers = [l for l in decompose(mod, batch_size=1) if l.op_class == "conv2d"]
+    return decompose(mod, batch_size=1)
+
+
+@pytest.fixture(scope="module")
+def convs(resnet_layers):
+    layers = [l for l in resnet_layers if l.op_class == "conv2d"]
     # conv 1: 3x3 64->64 on 16x16; conv 3: 3x3 64->128 stride 2
     assert layers[1].weights == [[64, 64, 3, 3]] and layers[3].weights == [[128, 64, 3, 3]]
     return layers
@@ -95,6 +100,37 @@ def llvm_space_other(convs, llvm_target):
 @pytest.fixture(scope="module")
 def cuda_space(convs, cuda_target):
     return MetaScheduleSpace(convs[1].func, cuda_target, name=convs[1].name)
+
+
+def _schedule_rules(func) -> list[str]:
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    return [str(b.annotations["schedule_rule"]) for b in blocks if "schedule_rule" in b.annotations]
+
+
+def test_pooling_space_drops_unregistered_rules_without_a_warning(resnet_layers, llvm_target, capfd):
+    """TOPI marks max pooling for a hand-written rule no one registers; meta-schedule
+    warned about it on stderr in every tune. The mark goes first (the space is the one
+    meta-schedule builds once it has dropped the mark itself); a registered rule stays."""
+    import tvm_ffi
+
+    from templates.meta_schedule_space import without_unknown_rules
+
+    pool = next(l for l in resnet_layers if l.op_class == "pool")
+    assert _schedule_rules(pool.func) == ["meta_schedule.pool_max"]
+    capfd.readouterr()
+    space = MetaScheduleSpace(pool.func, llvm_target, name=pool.name)
+    assert "Unknown schedule rule" not in capfd.readouterr().err
+    assert _schedule_rules(space.mod["main"]) == [] and "pool_max.rv0_rv1.tile" in [k.name for k in space.knobs]
+
+    name = "s_tir.meta_schedule.cpu.meta_schedule.pool_max"
+    tvm_ffi.register_global_func(name, lambda sch, block: [sch])
+    try:
+        assert _schedule_rules(without_unknown_rules(pool.func, llvm_target)) == ["meta_schedule.pool_max"]
+    finally:
+        tvm_ffi.remove_global_func(name)
 
 
 def _tile_knobs(space):
