@@ -7,6 +7,7 @@ and the history commands start in well under a second.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _history_arg(h)
     h.set_defaults(func=cmd_history_export)
     h = hsub.add_parser("import", help="merge a JSON export into history (JSON only, validated)")
-    h.add_argument("file")
+    h.add_argument("file", help="a JSON export, or - for standard input")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_import)
@@ -407,15 +408,21 @@ def cmd_history_import(args) -> int:
     from autotune.errors import AutotuneError
     from history import import_json, open_history
 
-    if not Path(args.file).exists():
+    name = "standard input" if args.file == "-" else args.file
+    if args.file != "-" and not Path(args.file).exists():
         raise AutotuneError(f"file not found: {args.file}")
     try:  # reject what is not JSON before the history database is even opened
-        with open(args.file, encoding="utf-8") as fh:
-            json.load(fh)
+        if args.file == "-":  # `history export - | history import -`
+            text = sys.stdin.read()
+        else:
+            text = Path(args.file).read_text(encoding="utf-8")
+        json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise AutotuneError(f"{args.file} is not valid JSON: {err}") from None
+        raise AutotuneError(f"{name} is not valid JSON: {err}") from None
+    source = io.StringIO(text)
+    source.name = name
     with open_history(args.history) as store:
-        counts = import_json(store, args.file)
+        counts = import_json(store, source)
     print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present)")
     return 0
 

@@ -217,6 +217,27 @@ def test_history_show_and_best(capsys, populated_history):
     assert best[0]["latency_median"] == pytest.approx(1e-3)
 
 
+def test_history_export_to_stdout_imports_from_stdin(capsys, populated_history, env, monkeypatch):
+    """``history export - | history import -``, twice: the second adds nothing; bad JSON
+    on standard input is refused before the database is created."""
+    import io
+
+    path, key = populated_history
+    assert main(["history", "export", "-", "--history", path]) == 0
+    exported = capsys.readouterr().out
+    copy = str(env / "copy.db")
+    for added, skipped in ((3, 0), (0, 3)):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(exported))
+        assert main(["history", "import", "-", "--history", copy, "--json"]) == 0
+        counts = json.loads(capsys.readouterr().out)
+        assert (counts["added"], counts["skipped"]) == (added, skipped)
+    assert main(["history", "best", key, "--history", copy, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["config"] == {"i": 0}
+    monkeypatch.setattr(sys, "stdin", io.StringIO("{not json"))
+    _user_error(capsys, ["history", "import", "-", "--history", str(env / "new.db")], contains=("standard input", "not valid JSON"))
+    assert not (env / "new.db").exists()
+
+
 def test_run_missing_module(capsys, env):
     _user_error(capsys, ["run", "nothere.so"], contains=("module not found", "nothere.so"))
 
