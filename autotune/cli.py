@@ -7,6 +7,7 @@ and the history commands start in well under a second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -252,7 +253,10 @@ def cmd_compile(args) -> int:
     target = resolve_target(args.target)
     store = open_history(args.history, create=False, readonly=True) if _history_exists(args.history) else None
     try:
-        summary = compile_model(args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size)
+        with _status_line(quiet=args.json) as say:
+            summary = compile_model(
+                args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size, step=say
+            )
     finally:
         if store is not None:
             store.close()
@@ -266,6 +270,19 @@ def cmd_compile(args) -> int:
         elif kernels:
             print(f"CUDA kernels carried as {', '.join(kernels.get('entries') or []) or kernels.get('format')}")
     return 0
+
+
+@contextlib.contextmanager
+def _status_line(*, quiet: bool):
+    """A spinner with the current step on stderr, where that is a terminal (rich prints
+    nothing elsewhere); yields the function that updates it."""
+    if quiet:
+        yield lambda text: None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status("starting") as status:
+        yield lambda text: status.update(f"{text} ...")
 
 
 def cmd_run(args) -> int:

@@ -13,7 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from autotune.errors import AutotuneError
 from autotune.target import TargetSpec
@@ -156,19 +156,30 @@ def compile_model(
     input_shapes=None,
     size: int | None = None,
     batch_size: int = 1,
+    step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The whole ``autotune compile`` command as a function: returns its summary."""
+    """The whole ``autotune compile`` command as a function: returns its summary.
+
+    ``step`` hears what is being done, phase by phase (the CLI shows it as a status line:
+    a CUDA build with nvcc takes 10-20 s)."""
     from autotune import decompose, frontend
     from autotune.errors import keep_interrupts_through_tvm
 
     keep_interrupts_through_tvm()
+    say = step or (lambda text: None)
 
     check_output_path(out)
+    say(f"loading {model}")
     spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
     layers = decompose.decompose(mod, batch_size=batch_size)
+    say(f"applying history's schedules to {len(layers)} layers")
     mod, applied = apply_history(mod, layers, target, store)
+    say(f"building for {target.key}")
     executable = build(mod, target)
+    if target.kind == "cuda":
+        say("compiling the CUDA kernels with nvcc")
     fpack_imports, kernels = device_code(executable, target)
+    say(f"writing {out}")
     metadata = {
         "format": "autotune-module",
         "version": 1,

@@ -45,6 +45,21 @@ def test_cuda_build_and_export_without_gpu(name, tmp_path, capsys):
     assert data.count(bytes.fromhex("50ed55ba")) == summary["device_code"]["modules"] == 1
 
 
+@pytest.mark.parametrize("target", ["llvm", pytest.param("cuda:sm_80", marks=pytest.mark.skipif(not has_nvcc(), reason="nvcc not found"))])
+def test_compile_names_each_phase_as_it_starts(target, tmp_path):
+    """What the CLI's status line shows while a compile runs (10-20 s with nvcc)."""
+    from autotune.compile import compile_model
+    from autotune.target import resolve_target
+
+    steps: list[str] = []
+    out = tmp_path / "m.so"
+    compile_model("resnet18", out, target=resolve_target(target), size=32, step=steps.append)
+    expected = ["loading resnet18", "applying history's schedules to 27 layers", f"building for {resolve_target(target).key}"]
+    expected += ["compiling the CUDA kernels with nvcc"] if target.startswith("cuda") else []
+    assert steps == expected + [f"writing {out}"]
+    assert out.exists()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
 def test_cuda_module_runs_on_gpu(tmp_path, capsys):
