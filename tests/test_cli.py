@@ -344,6 +344,9 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env):
          "--batch", "2", "--target", "llvm", "--history", str(history), "--no-mlflow", "--no-verify",
          "--no-model-latency", "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        # A shell starts background jobs with SIGINT ignored, and the ignore is inherited:
+        # Python then never raises KeyboardInterrupt. Ctrl-C reaches a foreground tune.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
     def count() -> int:
