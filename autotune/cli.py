@@ -184,9 +184,10 @@ def cmd_tune(args) -> int:
         from autotune.compile import check_output_path
 
         check_output_path(args.out)
+    # MLflow first: a store it refuses must not leave a new, empty history behind
+    tracker = Tracker.create(not args.no_mlflow, args.mlflow_uri)
     store = open_history(args.history)
     mode = "json" if args.json else ("quiet" if args.quiet else "rich")
-    tracker = Tracker.create(not args.no_mlflow, args.mlflow_uri)
     session = TuneSession(target, store, options, tracker=tracker, reporter=make_reporter(mode))
     try:
         with tracker:

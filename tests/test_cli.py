@@ -179,6 +179,13 @@ def test_history_import_non_json_leaves_db_bytes_unchanged(capsys, env):
     assert db.read_bytes() == before
 
 
+def test_refused_mlflow_store_leaves_no_history_behind(capsys, env, monkeypatch):
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    _user_error(capsys, ["tune", "resnet18", "--target", "llvm", "--history", "new.db", "--mlflow-uri", (env / "mlruns").as_uri()],
+                contains=("MLFLOW_ALLOW_FILE_STORE=true",))
+    assert not (env / "new.db").exists()
+
+
 def test_history_import_missing_file(capsys, env):
     _user_error(capsys, ["history", "import", "nothere.json", "--history", "h.db"], contains=("nothere.json",))
     assert not (env / "h.db").exists()
