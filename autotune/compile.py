@@ -87,22 +87,6 @@ def build(mod, target: TargetSpec):
         raise AutotuneError(f"compiling the model for {target.kind} failed: {(lines[-1] if lines else err)}") from None
 
 
-def device_code(executable, target: TargetSpec):
-    """What the export's CUDA modules will carry, and the packer that puts it there.
-
-    Returns ``(fpack_imports or None, summary or None)``. Kernels still held as CUDA C
-    (built on a machine where TVM's CUDA runtime cannot load) are compiled to a fatbin
-    here (``autotune.device_code``); with no nvcc the export keeps the CUDA C and the
-    summary says so.
-    """
-    if target.kind != "cuda":
-        return None, None
-    from autotune.device_code import embed_fatbins
-
-    binaries = embed_fatbins(executable.mod, target.arch, target.tvm_target)
-    return binaries.packer(), binaries.info
-
-
 def check_output_path(out: str | os.PathLike) -> Path:
     """Fail before any work when the export could not be written."""
     out = Path(out)
@@ -120,7 +104,7 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically.
 
     ``fpack_imports`` replaces how the imported modules are linked in (see
-    ``device_code``)."""
+    ``device_code.fatbin_packer``)."""
     out = check_output_path(out)
     parent = out.resolve().parent
     tmp = meta_tmp = ""
@@ -163,6 +147,7 @@ def compile_model(
     ``step`` hears what is being done, phase by phase (the CLI shows it as a status line:
     a CUDA build with nvcc takes 10-20 s)."""
     from autotune import decompose, frontend
+    from autotune.device_code import fatbin_packer
     from autotune.errors import keep_interrupts_through_tvm
 
     keep_interrupts_through_tvm()
@@ -178,7 +163,7 @@ def compile_model(
     executable = build(mod, target)
     if target.kind == "cuda":
         say("compiling the CUDA kernels with nvcc")
-    fpack_imports, kernels = device_code(executable, target)
+    fpack_imports, kernels = fatbin_packer(executable, target.tvm_target)
     say(f"writing {out}")
     metadata = {
         "format": "autotune-module",

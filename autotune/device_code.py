@@ -234,23 +234,32 @@ def fatbin_entries(data: bytes) -> list[str]:
     return sorted(entries)
 
 
-def export_library(lib, path: str, target) -> dict[str, Any] | None:
-    """``lib.export_library(path)``, its CUDA C compiled to fatbins on the way.
+def fatbin_packer(lib, target) -> tuple[Callable[..., str] | None, dict[str, Any] | None]:
+    """``(fpack_imports, summary)`` for exporting ``lib`` (a runtime module, or a Relax
+    executable whose ``mod`` holds the imports) built for the TVM ``target``.
 
-    For every export that leaves this process for a GPU: the deployed model, and with
-    ``--rpc`` each candidate the runner uploads and each module verify or the model
-    timing loads on the server, which then needs the driver only, not TVM's NVRTC.
-    ``lib`` is a runtime module or a Relax executable (whose ``mod`` holds the imports);
-    ``target`` the TVM target it was built for. Returns ``embed_fatbins``' summary for
-    CUDA, None otherwise.
+    For CUDA, kernels still held as CUDA C are compiled to a fatbin here
+    (:func:`embed_fatbins`); the packer is None when nothing was compiled (no nvcc, or
+    cubin already inside), and the summary says what the export carries. For other
+    targets both are None: TVM exports as it does.
     """
     if target.kind.name != "cuda":
-        lib.export_library(path)
-        return None
+        return None, None
     binaries = embed_fatbins(getattr(lib, "mod", lib), str(target.arch), target)
-    packer = binaries.packer()
+    return binaries.packer(), binaries.info
+
+
+def export_library(lib, path: str, target) -> dict[str, Any] | None:
+    """``lib.export_library(path)`` with :func:`fatbin_packer`'s packing; its summary.
+
+    For every export that leaves this process for a GPU besides ``compile``'s (which
+    reports the summary before it writes): with ``--rpc``, each candidate the runner
+    uploads and each module verify or the model timing loads on the server, which then
+    needs the driver only, not TVM's NVRTC.
+    """
+    packer, info = fatbin_packer(lib, target)
     lib.export_library(path, **({"fpack_imports": packer} if packer else {}))
-    return binaries.info
+    return info
 
 
 def embed_fatbins(host_module, arch: str, target) -> DeviceBinaries:
