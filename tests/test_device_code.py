@@ -121,6 +121,8 @@ def test_rpc_candidates_and_server_loads_carry_a_fatbin(cuda_mod, cuda_lib, tmp_
     """What ``--rpc`` uploads: each candidate from the warm builder's workers, and each
     module that verify or the model timing loads on the server (``RemoteDevice.load``
     exports through the same ``export_library``). Neither may leave CUDA C for the server."""
+    import tvm
+    from tvm import te
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from autotune.device_code import export_library
@@ -140,9 +142,6 @@ def test_rpc_candidates_and_server_loads_carry_a_fatbin(cuda_mod, cuda_lib, tmp_
     for data in (candidate, out.read_bytes()):
         assert struct.pack("<I", 0xBA55ED50) in data
         assert b"__global__" not in data
-    import tvm
-    from tvm import te
-
     llvm = resolve_target("llvm").tvm_target  # other targets export as TVM does
     a = te.placeholder((16,), name="A")
     cpu = tvm.compile(te.create_prim_func([a, te.compute((16,), lambda i: a[i] + 1.0, name="C")]), target=llvm)
