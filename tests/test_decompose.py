@@ -61,6 +61,30 @@ def _by_name(layers):
     return {l.name: l for l in layers}
 
 
+# --- batch norm folding (an option, off by default) ---------------------------------------
+def test_batch_norm_folds_into_the_conv_epilogue(resnet):
+    """Inference batch norm is elementwise: folded, it is the conv's epilogue, one kernel
+    for conv + BN + ReLU (+ residual add), as TVM's own tuning pipeline gets."""
+    _, mod = load_and_fuse("resnet18", size=64, fold_batch_norm=True)
+    folded = decompose(mod, batch_size=1)
+    assert any("batch_norm" in l.name for l in resnet)
+    assert not any("batch_norm" in l.name for l in folded)
+    launches = lambda layers: sum(l.occurrences for l in layers)  # noqa: E731
+    assert (launches(resnet), launches(folded)) == (41, 24)
+    # the same convolutions, each now normalizing (and mostly rectifying) its own output
+    convs = [l for l in folded if l.op_class == "conv2d"]
+    shapes = lambda layers: {(tuple(l.spatial), tuple(l.reduction)) for l in layers if l.op_class == "conv2d"}  # noqa: E731
+    assert shapes(folded) == shapes(resnet)
+    assert all(l.epilogue[:4] == ["subtract", "divide", "multiply", "add"] for l in convs)
+    assert sum("relu" in l.name for l in convs) >= len(convs) - 3  # all but the downsampling 1x1s
+    # MACs, then one op per output element for each epilogue step
+    for l in convs:
+        n, _, _, _ = l.inputs[0]
+        k, cg, r, s = l.weights[0]
+        macs = n * k * cg * r * s * math.prod(l.output[2:])
+        assert l.flops == 2 * macs + len(l.epilogue) * math.prod(l.output), l.name
+
+
 # --- conv attributes ---------------------------------------------------------------------
 def test_first_conv_attributes(resnet):
     first = resnet[0]
