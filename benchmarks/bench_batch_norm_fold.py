@@ -95,6 +95,7 @@ def time_pair(mods: dict, target, input_shape) -> dict:
 
 def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
     from autotune import compile as compiler
+    from autotune import frontend
     from autotune.tune import TuneOptions, TuneSession
     from history import open_history
 
@@ -110,8 +111,6 @@ def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
                 session.close()
             tune_s = time.perf_counter() - t0
             separate_layers = session.decomposition
-            from autotune import frontend
-
             spec, separate = frontend.load_and_fuse(model, size=size, fold_batch_norm=False)
             separate, _ = compiler.apply_history(separate, separate_layers, target, store)
             folded, folded_layers, moved = folded_with_twins_schedules(model, size, target, store, separate_layers)
