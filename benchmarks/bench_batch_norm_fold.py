@@ -7,7 +7,7 @@ a fresh history. Then two builds of the model from that history:
 - **separate**: those layers, each with history's best schedule;
 - **folded**: the layers ``frontend.fuse(..., fold_batch_norm=True)`` makes (batch norm
   rewritten for inference and fused into the conv before it), each convolution given the very config its
-  unfused twin won with (the knob spaces are the same: the epilogue adds no knob), the
+  unfused twin won with (it must lie in the folded conv's knob space: stops otherwise), the
   pooling and dense layers their own records (same kernels, same keys).
 So the two differ only in where batch norm runs. Both are timed back to back in this
 process (TVM's ``time_evaluator``, 5 repeats of at least 100 ms, alternating), and
