@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
+
 EXIT_USAGE = 2
 
 
@@ -31,6 +33,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", metavar="NAME=DxD..", help="fix an input's shape, e.g. input=1x3x224x224 (repeatable)")
     p.add_argument("--size", type=int, help="zoo models: image side (CNNs) or sequence length (transformer)")
     p.add_argument("--batch-size", type=int, default=1, help="zoo models: batch size (default 1)")
+    p.add_argument(
+        "--batch-norm", choices=BATCH_NORM_LAYERINGS, default=DEFAULT_BATCH_NORM,
+        help=f"where inference batch norm runs: folded into the conv's weights, in its epilogue, or a kernel of its own "
+        f"(default {DEFAULT_BATCH_NORM}); tune and compile must agree, since it decides the layers",
+    )
 
 
 def _history_arg(p: argparse.ArgumentParser) -> None:
@@ -172,7 +179,7 @@ def cmd_tune(args) -> int:
     options = TuneOptions(
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
-        high=args.high, low=args.low, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout),
+        high=args.high, low=args.low, batch_norm=args.batch_norm, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout),
     )
     _check_tuner(args.tuner)
     ensure_measurable(target, args.rpc)
@@ -200,7 +207,8 @@ def cmd_tune(args) -> int:
                 from autotune.compile import compile_model, sidecar
 
                 report["export"] = compile_model(
-                    args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size
+                    args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size,
+                    batch_size=args.batch_size, batch_norm=args.batch_norm,
                 )
                 tracker.log_artifact(args.out, "module")
                 tracker.log_artifact(str(sidecar(args.out)), "module")
@@ -232,7 +240,8 @@ def cmd_layers(args) -> int:
     from autotune import decompose, frontend
 
     spec, mod = frontend.load_and_fuse(
-        args.model, input_shapes=frontend.parse_input_shapes(args.input_shape), size=args.size, batch_size=args.batch_size
+        args.model, input_shapes=frontend.parse_input_shapes(args.input_shape), size=args.size, batch_size=args.batch_size,
+        batch_norm=args.batch_norm,
     )
     layers = decompose.decompose(mod, batch_size=args.batch_size)
     if args.json:
@@ -256,7 +265,8 @@ def cmd_compile(args) -> int:
     try:
         with _status_line(quiet=args.json) as say:
             summary = compile_model(
-                args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size, step=say
+                args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size,
+                batch_norm=args.batch_norm, step=say,
             )
     finally:
         if store is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.errors import AutotuneError
+from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.target import TargetSpec
 
 DEFAULT_SPACE_PREFIX = "tvm-default:"
@@ -140,6 +141,7 @@ def compile_model(
     input_shapes=None,
     size: int | None = None,
     batch_size: int = 1,
+    batch_norm: str = DEFAULT_BATCH_NORM,
     step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The whole ``autotune compile`` command as a function: returns its summary.
@@ -155,7 +157,9 @@ def compile_model(
 
     check_output_path(out)
     say(f"loading {model}")
-    spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
+    spec, mod = frontend.load_and_fuse(
+        model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
+    )
     layers = decompose.decompose(mod, batch_size=batch_size)
     say(f"applying history's schedules to {len(layers)} layers")
     mod, applied = apply_history(mod, layers, target, store)
@@ -176,6 +180,7 @@ def compile_model(
         "target_key": target.key,
         "inputs": {k: {"shape": list(v), "dtype": spec.input_dtypes.get(k, "float32")} for k, v in spec.input_shapes.items()},
         "outputs": spec.output_names,
+        "batch_norm": batch_norm,
         "layers": applied.layers,
         "device_code": kernels,
     }

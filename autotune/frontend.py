@@ -59,8 +59,14 @@ def load_model(
     batch_size: int = 1,
     size: int | None = None,
     seed: int = 0,
+    fold_batch_norm: bool = False,
 ) -> ModelSpec:
-    """Load a zoo model by name or an ONNX file by path, and pin its input shapes."""
+    """Load a zoo model by name or an ONNX file by path, and pin its input shapes.
+
+    ``fold_batch_norm`` folds each inference batch norm that follows a convolution into
+    that convolution's weights and bias (:mod:`autotune.batch_norm`), so the normalization
+    costs nothing at run time.
+    """
     import onnx
 
     from autotune import zoo
@@ -83,7 +89,7 @@ def load_model(
         if not proto.graph.node:
             raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
         name, source = path.stem, str(path.resolve())
-    return _pin_shapes(proto, name, source, input_shapes or {})
+    return _pin_shapes(proto, name, source, input_shapes or {}, fold_batch_norm=fold_batch_norm)
 
 
 def _first_line(err: BaseException) -> str:
@@ -91,7 +97,9 @@ def _first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-def _pin_shapes(proto, name: str, source: str, overrides: dict[str, tuple[int, ...]]) -> ModelSpec:
+def _pin_shapes(
+    proto, name: str, source: str, overrides: dict[str, tuple[int, ...]], *, fold_batch_norm: bool = False
+) -> ModelSpec:
     import onnx
 
     initializers = {init.name for init in proto.graph.initializer}
@@ -126,6 +134,10 @@ def _pin_shapes(proto, name: str, source: str, overrides: dict[str, tuple[int, .
 
     if overrides or _computes_shapes(proto):
         proto = _simplify(proto, shapes)
+    if fold_batch_norm:
+        from autotune.batch_norm import fold_into_conv
+
+        proto, _ = fold_into_conv(proto)
     try:
         onnx.checker.check_model(proto)
     except Exception as err:
@@ -140,13 +152,20 @@ def _computes_shapes(proto) -> bool:
 
 
 def _simplify(proto, shapes: dict[str, tuple[int, ...]]):
-    """Fold shape computations with onnxsim for the pinned input shapes."""
+    """Fold shape computations with onnxsim for the pinned input shapes.
+
+    Constant folding and shape inference only: onnxsim's optimizer passes rewrite ops
+    (batch norm into the conv; in the installed build, attention into an ``Attention``
+    op TVM's frontend cannot import), and the layers a model decomposes into must not
+    depend on whether ``--input-shape`` was given."""
     try:
         import onnxsim
     except ImportError:  # optional: without it we hand the graph to TVM as is
         return _set_input_dims(proto, shapes)
     try:
-        simplified, ok = onnxsim.simplify(proto, overwrite_input_shapes={k: list(v) for k, v in shapes.items()})
+        simplified, ok = onnxsim.simplify(
+            proto, overwrite_input_shapes={k: list(v) for k, v in shapes.items()}, perform_optimization=False
+        )
     except Exception:
         return _set_input_dims(proto, shapes)
     return simplified if ok else _set_input_dims(proto, shapes)
@@ -190,19 +209,14 @@ def to_relax(spec: ModelSpec):
     return mod
 
 
-def fuse(mod, *, fold_batch_norm: bool = False):
+def fuse(mod, *, batch_norm_in_epilogue: bool = False):
     """Legalize to TIR and fuse: each remaining PrimFunc is one kernel TVM will emit.
 
-    ``fold_batch_norm`` first rewrites inference-time composites (batch norm above all)
-    into the elementwise ops they are, as TVM's own tuning pipeline does, so that fusion
-    puts them in the epilogue of the convolution before them: ResNet-18 then launches 24
-    kernels per inference instead of 41, MobileNetV2 55 instead of 107. Off by default:
-    with the convolutions' schedules held the same, the folded models measured up to 11%
-    slower on LLVM (``benchmarks/bench_batch_norm_fold.py``, README). The epilogue does
-    a subtract, a divide, a multiply and an add per output element, on per-channel
-    constants; why that costs more inside the tuned conv than as a kernel of its own was
-    not found out. And a conv whose output is both plain and residual becomes two
-    workloads to tune. A fold into the conv's weights and bias is the untried way.
+    ``batch_norm_in_epilogue`` first rewrites inference-time composites (batch norm above
+    all) into the elementwise ops they are, as TVM's own tuning pipeline does, so that
+    fusion puts them in the epilogue of the convolution before them: a subtract, a
+    divide, a multiply and an add per output element. Folding batch norm into the
+    weights instead (:func:`load_model`) leaves one add, and measured faster (README).
     """
     from tvm import relax
     import tvm
@@ -210,7 +224,7 @@ def fuse(mod, *, fold_batch_norm: bool = False):
     inference = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
     seq = tvm.transform.Sequential(
         [
-            *(inference if fold_batch_norm else []),
+            *(inference if batch_norm_in_epilogue else []),
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
@@ -225,9 +239,25 @@ def fuse(mod, *, fold_batch_norm: bool = False):
         raise AutotuneError(f"lowering the model to TIR failed: {_first_line(err)}") from None
 
 
-def load_and_fuse(model: str, *, fold_batch_norm: bool = False, **kwargs):
-    """Convenience for commands: (spec, fused Relax IRModule); ``kwargs`` go to
-    :func:`load_model`, ``fold_batch_norm`` to :func:`fuse`."""
-    spec = load_model(model, **kwargs)
-    return spec, fuse(to_relax(spec), fold_batch_norm=fold_batch_norm)
+BATCH_NORM_LAYERINGS = ("separate", "epilogue", "weights")
+#: Where batch norm runs unless told otherwise (``--batch-norm``). Folded into the
+#: weights, tuned ResNet-18 and MobileNetV2 ran faster than with batch norm separate in 9
+#: of 10 seeds on LLVM (by 6.9% to 35.4%; 1.9% slower in the tenth;
+#: ``benchmarks/bench_batch_norm_fold.py --schedules tuned``, README), with 41 -> 24 and
+#: 107 -> 55 kernel launches per inference.
+DEFAULT_BATCH_NORM = "weights"
 
+
+def load_and_fuse(model: str, *, batch_norm: str = DEFAULT_BATCH_NORM, **kwargs):
+    """Convenience for commands: (spec, fused Relax IRModule); ``kwargs`` go to
+    :func:`load_model`.
+
+    ``batch_norm`` says where inference batch norm runs: ``separate`` (a kernel of its
+    own, with the ReLU and residual add after it), ``epilogue`` (in the epilogue of the
+    convolution before it) or ``weights`` (folded into that convolution's weights and
+    bias; a batch norm after anything else stays separate).
+    """
+    if batch_norm not in BATCH_NORM_LAYERINGS:
+        raise AutotuneError(f"batch_norm must be one of {', '.join(BATCH_NORM_LAYERINGS)}, not {batch_norm!r}")
+    spec = load_model(model, fold_batch_norm=batch_norm == "weights", **kwargs)
+    return spec, fuse(to_relax(spec), batch_norm_in_epilogue=batch_norm == "epilogue")

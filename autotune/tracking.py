@@ -160,7 +160,7 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
         params["device"] = target.get("device_name")
     elif target is not None:
         params["target"] = target
-    for key in ("budget", "history", "tuner"):
+    for key in ("budget", "history", "tuner", "batch_norm"):
         if report.get(key) is not None:
             params[key] = report[key]
     versions = report.get("versions")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
+from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.measure import MeasureOptions, Measurement
 from autotune.target import TargetSpec
 
@@ -36,6 +37,7 @@ class TuneOptions:
     model_latency: bool = True
     high: float = 0.8
     low: float = 0.05
+    batch_norm: str = DEFAULT_BATCH_NORM  # where batch norm runs: frontend.BATCH_NORM_LAYERINGS
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
 
@@ -123,7 +125,9 @@ class TuneSession:
 
         opts = self.options
         ensure_measurable(self.target, opts.measure.rpc)
-        spec, mod = frontend.load_and_fuse(model, input_shapes=input_shapes, size=size, batch_size=batch_size)
+        spec, mod = frontend.load_and_fuse(
+            model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm
+        )
         layers = decompose.decompose(mod, batch_size=batch_size)
         self._input_shapes = [list(v) for v in spec.input_shapes.values()]
         self._input_dtypes = [spec.input_dtypes.get(k, "float32") for k in spec.input_shapes]
@@ -146,6 +150,7 @@ class TuneSession:
             "budget": opts.trials,
             "history": self.store.url,
             "tuner": opts.tuner,
+            "batch_norm": opts.batch_norm,  # the layering: it decides the layers' keys
             "versions": {"autotune": _version(), "tvm": tvm.__version__},
             "roofline": peaks.to_dict(),
             # where candidates, winners' checks and the model timing ran (None: this machine)
@@ -159,7 +164,7 @@ class TuneSession:
         close_stale_runs(self.store)
         self.store.start_run(
             self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
-            params={"trials": opts.trials, "tuner": opts.tuner, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
+            params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
         )
         status = "failed"
         try:

@@ -1,19 +1,24 @@
-"""Whole-model latency with batch norm folded into the convolutions' epilogue, and without,
-the convolutions' schedules held the same.
+"""Whole-model latency with batch norm as a kernel of its own (separate), in the
+convolutions' epilogue, or folded into their weights.
 
-For each model and seed: one real ``autotune tune`` of the model as ``autotune`` decomposes
-it (each batch norm, with the ReLU and residual add after it, a kernel of its own), into
-a fresh history. Then two builds of the model from that history:
-- **separate**: those layers, each with history's best schedule;
-- **folded**: the layers ``frontend.fuse(..., fold_batch_norm=True)`` makes (batch norm
-  rewritten for inference and fused into the conv before it), each convolution given the very config its
-  unfused twin won with (it must lie in the folded conv's knob space: stops otherwise), the
-  pooling and dense layers their own records (same kernels, same keys).
-So the two differ only in where batch norm runs. Both are timed back to back in this
-process (TVM's ``time_evaluator``, 5 repeats of at least 100 ms, alternating), and
-their outputs compared on one seeded input.
+Two ways to give the layerings their schedules (``--schedules``):
+- **twins** (the convolutions' schedules held the same): one real tune of the model with
+  batch norm separate, into a fresh history; then each layering built from it, every
+  folded convolution given the very config its unfused twin won with (it must lie in
+  the folded conv's knob space: stops otherwise), the pooling and dense layers their
+  own records (same kernels, same keys). The builds differ only in where batch norm runs.
+- **tuned**: each layering tuned on its own (``TuneSession`` with its ``batch_norm``),
+  the same trial budget and seed, each into its own history: what a user gets from
+  ``autotune tune --batch-norm X``.
+The layerings: ``separate`` (each batch norm, with the ReLU and residual add after it,
+a kernel of its own), ``epilogue`` (rewritten for inference and fused into the conv
+before it, as TVM's own pipeline does) and ``weights`` (folded into the conv's weights
+and bias, leaving an epilogue of one add). The builds are timed in turns in this process
+(TVM's ``time_evaluator``, 5 repeats of at least 100 ms each), and their outputs compared
+with the separate build's on one seeded input.
 
-Run:  python benchmarks/bench_batch_norm_fold.py --models resnet18,mobilenetv2 --size 56 --trials 128 --seeds 0,1,2 --out FILE
+Run:  python benchmarks/bench_batch_norm_fold.py --schedules tuned --layerings weights --models resnet18,mobilenetv2 --size 56 --trials 128 --seeds 0,1,2,3,4 --out FILE
+      python benchmarks/bench_batch_norm_fold.py --schedules twins --models resnet18,mobilenetv2 --size 56 --trials 128 --seeds 0,1,2 --out FILE
 Prints one JSON object; the README records the figures.
 """
 
@@ -38,13 +43,14 @@ def _shape_of(layer) -> tuple:
             tuple(layer.weights[0]) if layer.weights else ())
 
 
-def folded_with_twins_schedules(model: str, size: int, target, store, separate_layers):
-    """The folded model, each layer scheduled as its unfused twin is in ``store``."""
+def folded_with_twins_schedules(model: str, size: int, target, store, separate_layers, batch_norm: str):
+    """The model in the ``batch_norm`` layering, each layer scheduled as its unfused twin
+    is in ``store``."""
     from autotune import compile as compiler
     from autotune import decompose, frontend
     from templates.meta_schedule_space import MetaScheduleSpace
 
-    _, mod = frontend.load_and_fuse(model, size=size, fold_batch_norm=True)
+    _, mod = frontend.load_and_fuse(model, size=size, batch_norm=batch_norm)
     layers = decompose.decompose(mod)
     mod, applied = compiler.apply_history(mod, layers, target, store)  # pooling, dense: same keys
     twins = {_shape_of(l): l for l in separate_layers if l.tunable}
@@ -66,8 +72,8 @@ def folded_with_twins_schedules(model: str, size: int, target, store, separate_l
 
 
 def time_pair(mods: dict, target, input_shape) -> dict:
-    """Median seconds per inference of each built module, timed alternately, and the
-    largest difference between their outputs on one seeded input."""
+    """Median milliseconds per inference of each built module, timed in turns, and the
+    largest difference between each one's outputs and the first one's on one seeded input."""
     import numpy as np
     import tvm
     from tvm import relax
@@ -86,42 +92,78 @@ def time_pair(mods: dict, target, input_shape) -> dict:
         for name, vm in vms.items():
             timer = vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=100)
             samples[name].append(float(timer(x).results[0]))
-    a, b = outputs.values()
+    reference = next(iter(outputs.values()))
     return {
         **{f"{name}_ms": round(statistics.median(s) * 1e3, 3) for name, s in samples.items()},
-        "max_abs_output_difference": float(np.abs(a - b).max()),
+        "max_abs_output_difference": {name: float(np.abs(out - reference).max()) for name, out in list(outputs.items())[1:]},
     }
 
 
-def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
+def tune_into(store, model: str, size: int, trials: int, seed: int, target, batch_norm: str):
+    """One real ``autotune tune`` of the model in the ``batch_norm`` layering, into
+    ``store``: (its layers, seconds it took)."""
+    from autotune.tune import TuneOptions, TuneSession
+
+    session = TuneSession(target, store, TuneOptions(trials=trials, seed=seed, model_latency=False, batch_norm=batch_norm))
+    t0 = time.perf_counter()
+    try:
+        session.tune_model(model, size=size)
+    finally:
+        session.close()
+    return session.decomposition, round(time.perf_counter() - t0, 1)
+
+
+def one_seed(model: str, size: int, trials: int, seed: int, target, layerings_compared: list[str]) -> dict:
     from autotune import compile as compiler
     from autotune import frontend
-    from autotune.tune import TuneOptions, TuneSession
     from history import open_history
 
     with tempfile.TemporaryDirectory(prefix="autotune-bnfold-") as tmp:
         store = open_history(os.path.join(tmp, "history.db"))
         try:
-            options = TuneOptions(trials=trials, seed=seed, model_latency=False)  # batch norm separate
-            session = TuneSession(target, store, options)
-            t0 = time.perf_counter()
-            try:
-                session.tune_model(model, size=size)
-            finally:
-                session.close()
-            tune_s = time.perf_counter() - t0
-            separate_layers = session.decomposition
-            spec, separate = frontend.load_and_fuse(model, size=size, fold_batch_norm=False)
+            separate_layers, tune_s = tune_into(store, model, size, trials, seed, target, "separate")
+            spec, separate = frontend.load_and_fuse(model, size=size, batch_norm="separate")
             separate, _ = compiler.apply_history(separate, separate_layers, target, store)
-            folded, folded_layers, moved = folded_with_twins_schedules(model, size, target, store, separate_layers)
-            timing = time_pair({"separate": separate, "folded": folded}, target, next(iter(spec.input_shapes.values())))
+            mods, layerings, moved = {"separate": separate}, {"separate": separate_layers}, {}
+            for batch_norm in layerings_compared:
+                mods[batch_norm], layerings[batch_norm], moved[batch_norm] = folded_with_twins_schedules(
+                    model, size, target, store, separate_layers, batch_norm
+                )
+            timing = time_pair(mods, target, next(iter(spec.input_shapes.values())))
         finally:
             store.close()
     return {
-        "model": model, "seed": seed, "tune_s": round(tune_s, 1),
-        "kernels": {"separate": len(separate_layers), "folded": len(folded_layers)},
-        "launches": {"separate": sum(l.occurrences for l in separate_layers), "folded": sum(l.occurrences for l in folded_layers)},
+        "model": model, "seed": seed, "tune_s": tune_s,
+        "kernels": {name: len(layers) for name, layers in layerings.items()},
+        "launches": {name: sum(l.occurrences for l in layers) for name, layers in layerings.items()},
         "convolutions_given_twins_schedule": moved,
+        **timing,
+    }
+
+
+def one_seed_tuned(model: str, size: int, trials: int, seed: int, target, layerings_compared: list[str]) -> dict:
+    """Each layering tuned on its own, with the same trial budget and seed, into its own
+    history: what a user gets from ``autotune tune --batch-norm X``."""
+    from autotune import compile as compiler
+    from autotune import frontend
+    from history import open_history
+
+    mods, layerings, tune_s, spec = {}, {}, {}, None
+    with tempfile.TemporaryDirectory(prefix="autotune-bnfold-") as tmp:
+        for batch_norm in ["separate", *layerings_compared]:
+            store = open_history(os.path.join(tmp, f"{batch_norm}.db"))
+            try:
+                layerings[batch_norm], tune_s[batch_norm] = tune_into(store, model, size, trials, seed, target, batch_norm)
+                spec, mod = frontend.load_and_fuse(model, size=size, batch_norm=batch_norm)
+                mods[batch_norm], _ = compiler.apply_history(mod, layerings[batch_norm], target, store)
+            finally:
+                store.close()
+        timing = time_pair(mods, target, next(iter(spec.input_shapes.values())))
+    return {
+        "model": model, "seed": seed, "schedules": "tuned", "tune_s": tune_s,
+        "kernels": {name: len(layers) for name, layers in layerings.items()},
+        "tunable_kernels": {name: sum(l.tunable for l in layers) for name, layers in layerings.items()},
+        "launches": {name: sum(l.occurrences for l in layers) for name, layers in layerings.items()},
         **timing,
     }
 
@@ -133,6 +175,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=64, help="measured trials of the tune (the whole model)")
     parser.add_argument("--seeds", default="0", help="comma-separated tuner seeds: one tune each")
     parser.add_argument("--target", default="llvm")
+    parser.add_argument("--schedules", choices=("twins", "tuned"), default="twins",
+                        help="twins: every layering gets the separate tune's conv schedules; tuned: each layering tuned on its own")
+    parser.add_argument("--layerings", default="epilogue,weights", help="compared with separate: epilogue, weights or both")
     parser.add_argument("--out")
     args = parser.parse_args()
 
@@ -140,21 +185,24 @@ def main() -> int:
 
     target = resolve_target(args.target)
     seeds = [int(s) for s in args.seeds.split(",")]
+    layerings = args.layerings.split(",")
+    if not set(layerings) <= {"epilogue", "weights"}:
+        parser.error("--layerings takes epilogue and/or weights")
     rows = []
     for model in args.models.split(","):
         for seed in seeds:
             print(f"[bnfold] {model} seed {seed}", file=sys.stderr, flush=True)
-            rows.append(one_seed(model, args.size, args.trials, seed, target))
+            run = one_seed_tuned if args.schedules == "tuned" else one_seed
+            rows.append(run(model, args.size, args.trials, seed, target, layerings))
             print(f"[bnfold] {rows[-1]}", file=sys.stderr, flush=True)
     summary = {}
     for model in args.models.split(","):
         mine = [r for r in rows if r["model"] == model]
-        summary[model] = {
-            "separate_ms_median": statistics.median(r["separate_ms"] for r in mine),
-            "folded_ms_median": statistics.median(r["folded_ms"] for r in mine),
-            "separate_over_folded_per_seed": [round(r["separate_ms"] / r["folded_ms"], 3) for r in mine],
-        }
-    emit({"bench": "batch_norm_fold", "target": target.key, "size": args.size, "trials": args.trials,
+        summary[model] = {"separate_ms_median": statistics.median(r["separate_ms"] for r in mine)}
+        for name in layerings:
+            summary[model][f"{name}_ms_median"] = statistics.median(r[f"{name}_ms"] for r in mine)
+            summary[model][f"separate_over_{name}_per_seed"] = [round(r["separate_ms"] / r[f"{name}_ms"], 3) for r in mine]
+    emit({"bench": "batch_norm_fold", "target": target.key, "size": args.size, "trials": args.trials, "schedules": args.schedules, "layerings": layerings,
           "seeds": seeds, "runs": rows, "summary": summary}, args.out)
     return 0
 

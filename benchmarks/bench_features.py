@@ -105,7 +105,7 @@ def main() -> int:
     rows = []
     for spec in args.layers.split(","):
         model, idx = spec.split(":")
-        _, mod = frontend.load_and_fuse(model, size=args.size)
+        _, mod = frontend.load_and_fuse(model, size=args.size, batch_norm="separate")  # as recorded
         layer = [l for l in decompose.decompose(mod) if l.tunable and l.op_class in ("conv2d", "depthwise_conv2d", "dense")][int(idx)]
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
         configs, mods = [], []

@@ -86,7 +86,8 @@ def pairs_of(tuners) -> list[tuple[str, str]]:
 def layers_of(model: str, size: int):
     from autotune import decompose, frontend
 
-    _, mod = frontend.load_and_fuse(model, size=size)
+    # batch norm separate: the layering every recorded run and history file was made in
+    _, mod = frontend.load_and_fuse(model, size=size, batch_norm="separate")
     return [l for l in decompose.decompose(mod) if l.tunable and l.op_class in ("conv2d", "depthwise_conv2d", "dense")]
 
 

@@ -28,6 +28,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from _emit import emit  # noqa: E402
 
+from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM  # noqa: E402
+
 #: zoo model -> torchvision constructor, for the whole-model comparison.
 TORCHVISION = {"resnet18": "resnet18", "resnet50": "resnet50", "vgg11": "vgg11", "alexnet": "alexnet", "mobilenetv2": "mobilenet_v2"}
 
@@ -67,7 +69,9 @@ def vendor_call(layer):
     cls = layer.op_class
     if cls in ("conv2d", "depthwise_conv2d"):
         x, w = rand(layer.inputs[0]), rand(layer.weights[0])
-        b = rand(layer.weights[1]) if len(layer.weights) > 1 and len(layer.weights[1]) == 1 else None
+        # a per-channel bias: ONNX's (C,), or (1, C, 1, 1) where batch norm was folded in
+        per_channel = len(layer.weights) > 1 and math.prod(layer.weights[1]) == layer.weights[0][0]
+        b = rand([layer.weights[0][0]]) if per_channel else None
         return lambda: F.conv2d(x, w, b, tuple(a["stride"]), tuple(a["padding"][:2]), tuple(a["dilation"]), a["groups"])
     if cls == "pool":
         x = rand(layer.inputs[0])
@@ -130,6 +134,8 @@ def main() -> int:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--history", help="history database that 'autotune tune' filled on this GPU")
+    parser.add_argument("--batch-norm", default=DEFAULT_BATCH_NORM, choices=BATCH_NORM_LAYERINGS,
+                        help="the layering that tune used (its --batch-norm): it decides the layers' keys")
     parser.add_argument("--target", default="cuda")
     parser.add_argument("--tf32", action="store_true", help="let cuDNN/cuBLAS use TF32 tensor cores")
     parser.add_argument("--ours-model-ms", type=float, help="whole-model latency of our tuned export (autotune run)")
@@ -161,7 +167,7 @@ def main() -> int:
 
     target = resolve_target(args.target)
     store = open_history(args.history, readonly=True)
-    _, mod = frontend.load_and_fuse(args.model, size=args.size)
+    _, mod = frontend.load_and_fuse(args.model, size=args.size, batch_norm=args.batch_norm)
     rows = []
     for layer in decompose.decompose(mod):
         if not layer.tunable:

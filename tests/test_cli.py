@@ -96,6 +96,21 @@ def test_dynamic_shape_with_input_shape_works(capsys, dyn_model):
     assert len(dense) == 1 and dense[0]["output"] == [3, 4]
 
 
+def test_layers_by_batch_norm_layering(capsys):
+    """``--batch-norm`` is the layering tune and compile share: each choice its own kernels."""
+    launches = {}
+    for choice in ("separate", "weights", None):
+        flag = ["--batch-norm", choice] if choice else []
+        assert main(["layers", "resnet18", "--size", "32", *flag, "--json"]) == 0
+        layers = json.loads(capsys.readouterr().out)["layers"]
+        launches[choice] = sum(l["occurrences"] for l in layers)
+        assert any("batch_norm" in l["name"] for l in layers) == (choice == "separate")
+    assert launches == {"separate": 41, "weights": 24, None: 24}  # folded unless told otherwise
+    with pytest.raises(SystemExit) as exc:
+        main(["layers", "resnet18", "--batch-norm", "fold"])
+    assert exc.value.code == 2 and "invalid choice: 'fold'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad", ["x=3y8", "x", "x=0x8", "=3x8"])
 def test_bad_input_shape_syntax(capsys, dyn_model, bad):
     _user_error(capsys, ["layers", dyn_model, "--input-shape", bad], contains=("--input-shape", repr(bad)))

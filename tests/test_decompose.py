@@ -23,8 +23,10 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_HISTORY", str(tmp_path / "home" / "history.db"))
 
 
-def _layers(name, size, batch=1):
-    _, mod = load_and_fuse(name, size=size, batch_size=batch)
+def _layers(name, size, batch=1, batch_norm="separate"):
+    """Batch norm separate by default here: these checks read each convolution back as a
+    bare kernel; the default layering (folded) has its own tests below."""
+    _, mod = load_and_fuse(name, size=size, batch_size=batch, batch_norm=batch_norm)
     return decompose(mod, batch_size=batch)
 
 
@@ -61,11 +63,11 @@ def _by_name(layers):
     return {l.name: l for l in layers}
 
 
-# --- batch norm folding (an option, off by default) ---------------------------------------
+# --- where batch norm runs ------------------------------------------------------------------
 def test_batch_norm_folds_into_the_conv_epilogue(resnet):
     """Inference batch norm is elementwise: folded, it is the conv's epilogue, one kernel
     for conv + BN + ReLU (+ residual add), as TVM's own tuning pipeline gets."""
-    _, mod = load_and_fuse("resnet18", size=64, fold_batch_norm=True)
+    _, mod = load_and_fuse("resnet18", size=64, batch_norm="epilogue")
     folded = decompose(mod, batch_size=1)
     assert any("batch_norm" in l.name for l in resnet)
     assert not any("batch_norm" in l.name for l in folded)
@@ -83,6 +85,30 @@ def test_batch_norm_folds_into_the_conv_epilogue(resnet):
         k, cg, r, s = l.weights[0]
         macs = n * k * cg * r * s * math.prod(l.output[2:])
         assert l.flops == 2 * macs + len(l.epilogue) * math.prod(l.output), l.name
+
+
+def test_batch_norm_folded_into_weights_leaves_an_epilogue_of_one_add(resnet):
+    """Folded into the weights (the default), batch norm leaves the conv a bias add, then
+    the ReLU or residual add that followed it: as many launches as the epilogue layering,
+    each normalizing nothing at run time."""
+    folded = _layers("resnet18", 64, 1, batch_norm="weights")
+    assert sum(l.occurrences for l in folded) == 24
+    convs = [l for l in folded if l.op_class == "conv2d"]
+    shapes = lambda layers: {(tuple(l.spatial), tuple(l.reduction)) for l in layers if l.op_class == "conv2d"}  # noqa: E731
+    assert shapes(folded) == shapes(resnet)
+    assert all(l.epilogue[0] == "add" and "divide" not in l.epilogue for l in convs), [l.epilogue for l in convs]
+    assert all(l.weights[1] == [1, l.output[1], 1, 1] for l in convs)  # the folded bias, per channel
+    for l in convs:
+        n, _, _, _ = l.inputs[0]
+        k, cg, r, s = l.weights[0]
+        assert l.flops == 2 * n * k * cg * r * s * math.prod(l.output[2:]) + len(l.epilogue) * math.prod(l.output), l.name
+
+
+def test_unknown_batch_norm_layering_is_one_clear_error():
+    from autotune.errors import AutotuneError
+
+    with pytest.raises(AutotuneError, match="batch_norm must be one of separate, epilogue, weights"):
+        load_and_fuse("resnet18", size=32, batch_norm="fold")
 
 
 # --- conv attributes ---------------------------------------------------------------------

@@ -246,3 +246,48 @@ def test_static_model_computing_shapes_is_folded_too(tmp_path):
     assert "Shape" not in [n.op_type for n in spec.proto.graph.node]
     params, ret = _relax_shapes(to_relax(spec))
     assert params == [[5, 2, 3, 4]] and ret == [5, 24]
+
+
+# --- batch norm: kept unless asked to fold --------------------------------------------------
+def _ops(spec):
+    return [n.op_type for n in spec.proto.graph.node]
+
+
+def test_input_shape_does_not_fold_batch_norm():
+    """``--input-shape`` runs onnxsim, whose optimizer folds batch norm into the conv: the
+    same model would decompose into other layers (other history keys) depending on
+    whether the shape was given on the command line."""
+    plain = load_model("resnet18", size=32)
+    pinned = load_model("resnet18", input_shapes={"input": (1, 3, 32, 32)})
+    assert _ops(pinned).count("BatchNormalization") == _ops(plain).count("BatchNormalization") == 20
+
+
+def test_fold_batch_norm_into_weights_keeps_the_model_output():
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    plain = load_model("resnet18", size=32)
+    folded = load_model("resnet18", size=32, fold_batch_norm=True)
+    assert "BatchNormalization" not in _ops(folded)
+    assert _ops(folded).count("Conv") == _ops(plain).count("Conv") == 20
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    want = ReferenceEvaluator(plain.proto).run(None, {"input": x})[0]
+    got = ReferenceEvaluator(folded.proto).run(None, {"input": x})[0]
+    assert np.abs(want).max() > 0.1  # the zoo's BN statistics are not an identity
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_input_shape_keeps_the_ops_tvm_imports(tmp_path):
+    """The simplifier only folds constants and shapes: its optimizer would fuse the
+    transformer's attention into an ``Attention`` op that TVM's frontend refuses."""
+    import onnx
+
+    from autotune import zoo
+
+    path = tmp_path / "transformer.onnx"
+    onnx.save(zoo.build_model("transformer", size=16), str(path))
+    plain = load_model(str(path))
+    pinned = load_model(str(path), input_shapes={"input": (1, 16, 256)})
+    assert sorted(_ops(pinned)) == sorted(_ops(plain))
+    params, ret = _relax_shapes(to_relax(pinned))
+    assert params == [[1, 16, 256]] and ret == [1, 16, 256]

@@ -68,8 +68,10 @@ def resnet_layers():
 @pytest.fixture(scope="module")
 def convs(resnet_layers):
     layers = [l for l in resnet_layers if l.op_class == "conv2d"]
-    # conv 1: 3x3 64->64 on 16x16; conv 3: 3x3 64->128 stride 2
-    assert layers[1].weights == [[64, 64, 3, 3]] and layers[3].weights == [[128, 64, 3, 3]]
+    # conv 1: 3x3 64->64 on 16x16; conv 4: 3x3 64->128 stride 2; each adds the bias batch
+    # norm was folded into (the default layering), then applies a ReLU
+    assert layers[1].weights[0] == [64, 64, 3, 3] and layers[4].weights[0] == [128, 64, 3, 3]
+    assert layers[1].epilogue == layers[4].epilogue == ["add", "compute"]
     return layers
 
 
@@ -94,7 +96,7 @@ def llvm_space(convs, llvm_target):
 
 @pytest.fixture(scope="module")
 def llvm_space_other(convs, llvm_target):
-    return MetaScheduleSpace(convs[3].func, llvm_target, name=convs[3].name)
+    return MetaScheduleSpace(convs[4].func, llvm_target, name=convs[4].name)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +156,7 @@ def test_two_conv_layers_share_knob_names(llvm_space, llvm_space_other, convs, c
     assert llvm_space.knob_names == llvm_space_other.knob_names
     # ... while their candidates (loop extents) differ, and so does the space id
     assert llvm_space.space_id != llvm_space_other.space_id
-    cuda_other = MetaScheduleSpace(convs[3].func, cuda_target, name=convs[3].name)
+    cuda_other = MetaScheduleSpace(convs[4].func, cuda_target, name=convs[4].name)
     cuda_one = MetaScheduleSpace(convs[1].func, cuda_target, name=convs[1].name)
     assert cuda_one.knob_names == cuda_other.knob_names
     assert cuda_one.space_id != llvm_space.space_id
