@@ -25,6 +25,7 @@ Prints one JSON object; the README records the figures.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -194,7 +195,7 @@ def main() -> int:
             print(f"[bnfold] {model} seed {seed}", file=sys.stderr, flush=True)
             run = one_seed_tuned if args.schedules == "tuned" else one_seed
             rows.append(run(model, args.size, args.trials, seed, target, layerings))
-            print(f"[bnfold] {rows[-1]}", file=sys.stderr, flush=True)
+            print(f"[bnfold] {json.dumps(rows[-1])}", file=sys.stderr, flush=True)  # kept if the run is cut
     summary = {}
     for model in args.models.split(","):
         mine = [r for r in rows if r["model"] == model]

@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
 #   bash benchmarks/gpu/session.sh ceiling   # what history alone offers its layers (--k 128)
+#   bash benchmarks/gpu/session.sh bnfold    # batch norm folded vs separate, each tuned (MODELS, SEEDS)
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
 # history DB and the measurement file persist on the warm machine, so the next call
@@ -93,6 +94,14 @@ history|ceiling)
   # SQLite's backup API: a consistent copy even if the run was cut short mid-write.
   $py -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' "$db" "$R/history_cuda.db"
   ;;
-*) echo "unknown mode $mode (check | history | ceiling)"; exit 2 ;;
+bnfold)
+  # Where batch norm runs, on the GPU: each layering tuned on its own, then timed in
+  # turns (README, "Where batch norm runs"). Each finished seed is a JSON line in
+  # bnfold.err, so a run cut by the limit keeps what it finished. At 224x224 a 64-trial
+  # ResNet-18 tune took 218 s on the H100: one seed of one model per call.
+  step bnfold "${LIMIT:-560}" $py benchmarks/bench_batch_norm_fold.py --target cuda --schedules tuned --layerings weights \
+    --models "${MODELS:-resnet18}" --size "${SIZE:-224}" --trials "${TRIALS:-64}" --seeds "${SEEDS:-0}" --out "$R/batch_norm_fold_cuda.json" "$@"
+  ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold)"; exit 2 ;;
 esac
 pack
