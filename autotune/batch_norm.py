@@ -33,7 +33,7 @@ def fold_into_conv(proto) -> tuple[Any, int]:
     graph = model.graph
     nodes = list(graph.node)
     inits = {t.name: t for t in graph.initializer}
-    consumers = Counter(name for node in nodes for name in node.input)
+    consumers = Counter(name for node in nodes for name in _reads(node))
     graph_outputs = {o.name for o in graph.output}
     producer = {out: i for i, node in enumerate(nodes) for out in node.output}
 
@@ -72,10 +72,20 @@ def fold_into_conv(proto) -> tuple[Any, int]:
         kept = [node for i, node in enumerate(nodes) if i not in drop]
         del graph.node[:]
         graph.node.extend(kept)
-        used = {name for node in graph.node for name in node.input} | graph_outputs
+        used = {name for node in graph.node for name in _reads(node)} | graph_outputs
         _remove_named(graph.initializer, {t.name for t in graph.initializer} - used)
         _remove_named(graph.input, {t for t in inits if t not in used})  # old IRs list initializers as inputs
     return model, len(drop)
+
+
+def _reads(node):
+    """The names ``node`` reads, with those its subgraphs (If, Loop, Scan bodies) read from
+    the outer scope: a conv output read there is not the batch norm's alone."""
+    yield from node.input
+    for attr in node.attribute:
+        for graph in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            for inner in graph.node:
+                yield from _reads(inner)
 
 
 def _remove_named(field, names: set[str]) -> None:

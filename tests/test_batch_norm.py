@@ -109,3 +109,20 @@ def test_initializers_listed_as_inputs_go_with_them():
     assert count == 1
     assert [i.name for i in folded.graph.input] == ["x"]
     _same_outputs(model, folded)
+
+
+def test_a_conv_output_read_inside_a_subgraph_is_not_folded():
+    """An If branch reading the conv's output from the outer scope is a second reader."""
+    inits = [_init("w", [4, 4, 1, 1])] + _bn_params("bn", 4)
+    branch = helper.make_graph([helper.make_node("Identity", ["c"], ["z"])], "branch", [],
+                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        _bn("bn", "c", "y"),
+        helper.make_node("If", ["cond"], ["r"], then_branch=branch, else_branch=branch),
+    ]
+    model = _model(nodes, inits + [cond], outputs={"y": [1, 4, 8, 8], "r": [1, 4, 8, 8]})
+    folded, count = fold_into_conv(model)
+    assert count == 0 and _ops(folded) == _ops(model)
+    _same_outputs(model, folded)
