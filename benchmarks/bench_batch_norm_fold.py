@@ -72,7 +72,7 @@ def folded_with_twins_schedules(model: str, size: int, target, store, separate_l
     return mod, layers, moved
 
 
-def time_pair(mods: dict, target, input_shape) -> dict:
+def time_in_turns(mods: dict, target, input_shape) -> dict:
     """Median milliseconds per inference of each built module, timed in turns, and the
     largest difference between each one's outputs and the first one's on one seeded input."""
     import numpy as np
@@ -130,7 +130,7 @@ def one_seed(model: str, size: int, trials: int, seed: int, target, layerings_co
                 mods[batch_norm], layerings[batch_norm], moved[batch_norm] = folded_with_twins_schedules(
                     model, size, target, store, separate_layers, batch_norm
                 )
-            timing = time_pair(mods, target, next(iter(spec.input_shapes.values())))
+            timing = time_in_turns(mods, target, next(iter(spec.input_shapes.values())))
         finally:
             store.close()
     return {
@@ -159,7 +159,7 @@ def one_seed_tuned(model: str, size: int, trials: int, seed: int, target, layeri
                 mods[batch_norm], _ = compiler.apply_history(mod, layerings[batch_norm], target, store)
             finally:
                 store.close()
-        timing = time_pair(mods, target, next(iter(spec.input_shapes.values())))
+        timing = time_in_turns(mods, target, next(iter(spec.input_shapes.values())))
     return {
         "model": model, "seed": seed, "schedules": "tuned", "tune_s": tune_s,
         "kernels": {name: len(layers) for name, layers in layerings.items()},
