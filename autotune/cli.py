@@ -220,6 +220,8 @@ def cmd_tune(args) -> int:
         print(json.dumps({"event": "report", **report}, default=str))
     else:
         print(reporting.format_table(report))
+        if report.get("history_note"):
+            print(f"note: {report['history_note']}")
         print(f"report: {out_dir}" + (f"   mlflow run: {tracker.run_id}" if tracker.run_id else ""))
     return 0
 
@@ -275,6 +277,8 @@ def cmd_compile(args) -> int:
         print(json.dumps(summary))
     else:
         print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history, the rest TVM defaults")
+        if summary.get("history_note"):
+            print(f"note: {summary['history_note']}")
         kernels = summary.get("device_code")
         if kernels and kernels.get("note"):
             print(f"note: {kernels['note']}")

@@ -151,6 +151,7 @@ def compile_model(
     from autotune import decompose, frontend
     from autotune.device_code import fatbin_packer
     from autotune.errors import keep_interrupts_through_tvm
+    from autotune.layering_hint import history_layering_hint
 
     keep_interrupts_through_tvm()
     say = step or (lambda text: None)
@@ -163,6 +164,7 @@ def compile_model(
     layers = decompose.decompose(mod, batch_size=batch_size)
     say(f"applying history's schedules to {len(layers)} layers")
     mod, applied = apply_history(mod, layers, target, store)
+    hint = history_layering_hint(store, spec, target_key=target.key, batch_norm=batch_norm)
     say(f"building for {target.key}")
     executable = build(mod, target)
     if target.kind == "cuda":
@@ -196,4 +198,5 @@ def compile_model(
         "tuned_layers": applied.tuned,
         "device_code": kernels,
         "schedules": applied.layers,
+        "history_note": hint,
     }

@@ -26,6 +26,9 @@ class ModelSpec:
     input_shapes: dict[str, tuple[int, ...]]
     input_dtypes: dict[str, str]
     output_names: list[str] = field(default_factory=list)
+    #: BatchNormalization nodes in the model as given (before any fold): where they run
+    #: (``--batch-norm``) changes the layers only when there are some.
+    batch_norms: int = 0
 
     @property
     def digest(self) -> str:
@@ -134,6 +137,7 @@ def _pin_shapes(
 
     if overrides or _computes_shapes(proto):
         proto = _simplify(proto, shapes)
+    batch_norms = sum(1 for node in proto.graph.node if node.op_type == "BatchNormalization")
     if fold_batch_norm:
         from autotune.batch_norm import fold_into_conv
 
@@ -143,7 +147,10 @@ def _pin_shapes(
     except Exception as err:
         raise AutotuneError(f"invalid ONNX model {source}: {_first_line(err)}") from None
     outputs = [o.name for o in proto.graph.output]
-    return ModelSpec(name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs)
+    return ModelSpec(
+        name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
+        batch_norms=batch_norms,
+    )
 
 
 def _computes_shapes(proto) -> bool:

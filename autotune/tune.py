@@ -18,6 +18,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
+from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
 from autotune.target import TargetSpec
 
@@ -162,6 +163,9 @@ class TuneSession:
 
         self.tracker.start(f"tune-{spec.name}", params=report_params(report), tags={"autotune.run_id": self.run_id})
         close_stale_runs(self.store)
+        hint = history_layering_hint(self.store, spec, target_key=self.target.key, batch_norm=opts.batch_norm)
+        if hint:
+            report["history_note"] = hint
         self.store.start_run(
             self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
             params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
@@ -169,6 +173,8 @@ class TuneSession:
         status = "failed"
         try:
             self.reporter.start_model(spec.name, [(l.name, n) for l, n in zip(tunable, budget)])
+            if hint:
+                self.reporter.message(f"note: {hint}")
             if opts.model_latency:
                 self._time_model(report, "model_latency_before", mod, layers, use_history=False)
             for layer, trials in zip(tunable, budget):
