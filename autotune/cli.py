@@ -514,7 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("autotune: interrupted; measurements so far are kept in history", file=sys.stderr)
+        kept = "; measurements so far are kept in history" if args.command == "tune" else ""
+        print(f"autotune: interrupted{kept}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `autotune history ls | head`: the reader left, which is no error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit

@@ -76,16 +76,21 @@ def build(mod, target: TargetSpec):
     from tvm import relax
 
     from autotune.defaults import apply_gpu_defaults
+    from autotune.errors import interrupt_mark, raise_if_interrupted_since
 
     tvm_target = target.tvm_target
+    mark = interrupt_mark()
     try:
         with tvm_target:
             if target.kind == "cuda":
                 mod = apply_gpu_defaults(mod)
-            return relax.build(mod, target=tvm_target, relax_pipeline=relax.get_pipeline("default"))
+            executable = relax.build(mod, target=tvm_target, relax_pipeline=relax.get_pipeline("default"))
     except Exception as err:
+        raise_if_interrupted_since(mark)
         lines = [ln for ln in str(err).splitlines() if ln.strip()]
         raise AutotuneError(f"compiling the model for {target.kind} failed: {(lines[-1] if lines else err)}") from None
+    raise_if_interrupted_since(mark)  # the default pipeline folds constants too
+    return executable
 
 
 def check_output_path(out: str | os.PathLike) -> Path:

@@ -1,20 +1,56 @@
-"""The one error type a user sees: its message is printed as a single line, exit code 2."""
+"""The one error type a user sees: its message is printed as a single line, exit code 2.
+
+Also how Ctrl-C survives TVM: an interrupt is never an error."""
+
+from __future__ import annotations
+
+#: Ctrl-Cs seen by the handler :func:`keep_interrupts_through_tvm` installs.
+_presses = 0
 
 
 class AutotuneError(Exception):
     """A problem with the user's input or environment, phrased for the user."""
 
 
+def _on_sigint(signum, frame) -> None:
+    global _presses
+    _presses += 1
+    raise KeyboardInterrupt
+
+
 def keep_interrupts_through_tvm() -> None:
-    """Make Ctrl-C inside a TVM call arrive as ``KeyboardInterrupt``.
+    """Make Ctrl-C inside a TVM call arrive as ``KeyboardInterrupt``, or at least be seen.
 
     Python code that TVM calls back into (meta-schedule's runner waits on its futures
     there) turns the interrupt into an FFI error, which came back out as a bare
     ``RuntimeError``: a traceback and exit 1 instead of "interrupted" and exit 130, and
     the run marked failed instead of killed. tvm-ffi maps errors back by class name, so
-    naming this class to it is enough. Idempotent; imports tvm-ffi, so call it where TVM
-    is about to work, not at import.
+    naming this class to it is enough.
+
+    Some C++ callers drop the error instead: ``FoldConstant`` builds each constant
+    expression through Python and, when that fails, leaves it unfolded and goes on, so
+    a Ctrl-C while a model was lowered vanished and the tune ran to its end. The
+    SIGINT handler installed here (Python's own, plus a count; only where Python's
+    own is in place) lets :func:`raise_if_interrupted_since` find such an interrupt
+    afterwards. Idempotent; imports tvm-ffi, so call it where TVM is about to work, not
+    at import.
     """
+    import signal
+    import threading
+
     import tvm_ffi
 
     tvm_ffi.register_error("KeyboardInterrupt", KeyboardInterrupt)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def interrupt_mark() -> int:
+    """A mark to pass to :func:`raise_if_interrupted_since` after TVM work."""
+    return _presses
+
+
+def raise_if_interrupted_since(mark: int) -> None:
+    """Raise the ``KeyboardInterrupt`` TVM swallowed, if Ctrl-C was pressed since ``mark``."""
+    if _presses != mark:
+        raise KeyboardInterrupt

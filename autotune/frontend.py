@@ -191,6 +191,10 @@ def _set_input_dims(proto, shapes: dict[str, tuple[int, ...]]):
 def to_relax(spec: ModelSpec):
     """Import into Relax with weights bound as constants (they travel in the export)."""
     import tvm
+
+    from autotune.errors import keep_interrupts_through_tvm
+
+    keep_interrupts_through_tvm()  # the first TVM work of every command
     from tvm.relax.frontend.onnx import from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
@@ -228,6 +232,9 @@ def fuse(mod, *, batch_norm_in_epilogue: bool = False):
     from tvm import relax
     import tvm
 
+    from autotune.errors import interrupt_mark, keep_interrupts_through_tvm, raise_if_interrupted_since
+
+    keep_interrupts_through_tvm()
     inference = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
     seq = tvm.transform.Sequential(
         [
@@ -240,10 +247,14 @@ def fuse(mod, *, batch_norm_in_epilogue: bool = False):
             relax.transform.DeadCodeElimination(),
         ]
     )
+    mark = interrupt_mark()
     try:
-        return seq(mod)
+        fused = seq(mod)
     except Exception as err:
+        raise_if_interrupted_since(mark)
         raise AutotuneError(f"lowering the model to TIR failed: {_first_line(err)}") from None
+    raise_if_interrupted_since(mark)  # FoldConstant drops an interrupt and goes on
+    return fused
 
 
 BATCH_NORM_LAYERINGS = ("separate", "epilogue", "weights")

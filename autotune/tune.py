@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, interrupt_mark, keep_interrupts_through_tvm, raise_if_interrupted_since
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
@@ -104,6 +104,7 @@ class TuneSession:
         self.decomposition: list = []
         self._input_shapes: list[list[int]] = []
         self._input_dtypes: list[str] = []
+        self._interrupts = interrupt_mark()
 
     @property
     def measurer(self):
@@ -126,6 +127,8 @@ class TuneSession:
 
         opts = self.options
         ensure_measurable(self.target, opts.measure.rpc)
+        keep_interrupts_through_tvm()  # Ctrl-C from here on stops the tune, wherever TVM is
+        self._interrupts = interrupt_mark()
         spec, mod = frontend.load_and_fuse(
             model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm
         )
@@ -297,6 +300,7 @@ class TuneSession:
                 if not configs:
                     break
                 results, n_measured = self._measure(layer, space, configs, decision.tuner)
+                raise_if_interrupted_since(self._interrupts)  # one TVM swallowed while measuring
                 tuner.tell(results)
                 invalid += len(configs) - n_measured
                 for res in results:

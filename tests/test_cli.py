@@ -396,6 +396,83 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env):
         assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
 
 
+_INTERRUPT_INSIDE_TVM = """
+import importlib
+import os
+import signal
+import sys
+
+import tvm
+from tvm import relax
+
+import autotune.compile
+from autotune.cli import main
+
+@tvm.transform.module_pass(opt_level=0)
+def interrupt(mod, ctx):  # Python that TVM calls back into, as its passes do
+    raise KeyboardInterrupt
+
+phase, *argv = sys.argv[1:]
+if phase == "fuse":
+    relax.transform.FuseOps = lambda: interrupt
+elif phase == "constant folding":  # a real SIGINT while FoldConstant builds the bias reshape
+    tirx_build, builds = importlib.import_module("tvm.tirx.build").build, []
+    def build_once_interrupted(*args, **kwargs):
+        builds.append(args)
+        if len(builds) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return tirx_build(*args, **kwargs)
+    tvm.register_global_func("tirx.build", build_once_interrupted, override=True)
+else:  # timing the model before tuning: its first build (Ctrl-C is pressed once)
+    build, builds = autotune.compile.build, []
+    def build_once_interrupted(mod, target):
+        builds.append(mod)
+        return build(interrupt(mod) if len(builds) == 1 else mod, target)
+    autotune.compile.build = build_once_interrupted
+sys.exit(main(argv))
+"""
+
+
+@pytest.mark.parametrize("command, phase", [
+    ("tune", "fuse"), ("tune", "constant folding"), ("tune", "model timing"), ("compile", "constant folding"),
+])
+def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
+    """Ctrl-C lands in whatever Python TVM is calling back into: while the model is
+    lowered, or built to time it. tvm-ffi handed that back as an error, so the tune said
+    'lowering failed' (exit 2), or noted a failed timing and tuned on; FoldConstant drops
+    the error and goes on, so the tune ran to its end. It must stop like any Ctrl-C."""
+    import sqlite3
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype("float32"), "W"),
+             numpy_helper.from_array(rng.standard_normal(4).astype("float32"), "B")]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W", "B"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits,
+    )
+    model = env / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    history, out = env / "h.db", env / "conv.so"
+    args = {
+        "tune": ["--trials", "2", "--history", str(history), "--no-mlflow", "--quiet"],
+        "compile": ["-o", str(out)],
+    }[command]
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_INSIDE_TVM, phase, command, str(model), "--target", "llvm", *args],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    said = {"tune": "autotune: interrupted; measurements so far are kept in history", "compile": "autotune: interrupted"}
+    assert proc.stderr.strip().splitlines()[-1] == said[command]
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    if phase == "model timing":  # the run had begun: it is marked killed, and nothing was tuned
+        with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
+            assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
+            assert db.execute("select count(*) from records where tuner = 'xgb'").fetchone() == (0,)
+
+
 def test_import_cli_does_not_import_heavy_modules(env):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import autotune.cli"],
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
