@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate; the median is kept (default 5)")
-    p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on devices registered with an RPC tracker")
+    p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on devices registered with an RPC tracker (IPv6: [::1]:9190:KEY)")
     p.add_argument("--run-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="a candidate that takes longer (with --rpc: its whole session) counts as a timeout (default 30)")
     p.add_argument("--no-verify", action="store_true", help="skip the numerical check of each layer's winner")

@@ -259,12 +259,24 @@ class Measurer:
 
 
 def _parse_rpc(text: str) -> tuple[str, int, str]:
+    """``HOST:PORT:KEY``; an IPv6 host in brackets, as in URLs: ``[::1]:9190:h100``."""
     from autotune.errors import AutotuneError
 
-    parts = text.split(":")
+    usage = f"--rpc must be HOST:PORT:KEY of an RPC tracker (an IPv6 host in brackets: [::1]:9190:KEY), not {text!r}"
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or not rest.startswith(":"):
+            raise AutotuneError(usage)
+        parts = [host, *rest[1:].split(":")]
+    else:
+        parts = text.split(":")
     if len(parts) != 3 or not parts[0] or not parts[2] or not parts[1].isdigit() or not 0 < int(parts[1]) < 65536:
-        raise AutotuneError(f"--rpc must be HOST:PORT:KEY of an RPC tracker, not {text!r}")
+        raise AutotuneError(usage)
     return parts[0], int(parts[1]), parts[2]
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 #: Batches in a row with nothing timed over RPC before the server is asked if it answers.
@@ -296,11 +308,11 @@ def check_rpc(text: str, timeout: float | None = None) -> tuple[str, int, str]:
         summary = _tracker_summary(host, port, timeout)
     except (OSError, ValueError) as err:  # refused, unresolvable, silent, or not a tracker
         reason = f"no answer in {timeout:g} s" if isinstance(err, socket.timeout) else (str(err) or type(err).__name__)
-        raise AutotuneError(f"--rpc {text}: cannot reach an RPC tracker at {host}:{port} ({reason})") from None
+        raise AutotuneError(f"--rpc {text}: cannot reach an RPC tracker at {_host_port(host, port)} ({reason})") from None
     keys = sorted({str(s.get("key", "")).partition(":")[2] for s in summary.get("server_info", [])} - {""})
     if key not in keys:
         raise AutotuneError(
-            f"--rpc {text}: no RPC server is registered under key {key!r} with the tracker at {host}:{port}"
+            f"--rpc {text}: no RPC server is registered under key {key!r} with the tracker at {_host_port(host, port)}"
             f" (registered keys: {', '.join(keys) or 'none'})"
         )
     return host, port, key

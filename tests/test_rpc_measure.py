@@ -285,9 +285,56 @@ def _refused(capsys, workdir, address: str, *contains: str, target: str = "llvm"
     return lines[0]
 
 
-@pytest.mark.parametrize("bad", ["nonsense", "127.0.0.1:9190", "127.0.0.1:port:key", "127.0.0.1:99999:key", ":9190:key", "127.0.0.1:9190:"])
+@pytest.mark.parametrize("bad", [
+    "nonsense", "127.0.0.1:9190", "127.0.0.1:port:key", "127.0.0.1:99999:key", ":9190:key", "127.0.0.1:9190:",
+    "::1:9190:key", "[::1:9190:key", "[::1]9190:key", "[]:9190:key", "[::1]:9190",
+])
 def test_malformed_rpc_value(capsys, workdir, bad):
     _refused(capsys, workdir, bad, "--rpc must be HOST:PORT:KEY", repr(bad))
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_cli_tune_through_a_tracker_on_ipv6(workdir, capsys):
+    """``--rpc [::1]:PORT:KEY``: the tracker, the server and the runner all on IPv6."""
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    with socket.socket(socket.AF_INET6) as sock:
+        sock.bind(("::1", 0))
+        start = sock.getsockname()[1]
+    tracker = Tracker("::1", port=start, port_end=start + 100, silent=True)
+    server = None
+    try:
+        server = Server("::1", port=start + 100, port_end=start + 200, tracker_addr=("::1", tracker.port), key=KEY, silent=True)
+        _wait_registered("::1", tracker.port, KEY)
+        code = main([
+            "tune", str(_one_layer_model(workdir / "one.onnx")), "--target", "llvm", "--trials", "4", "--batch", "4",
+            "--tuner", "random", "--repeat", "2", "--rpc", f"[::1]:{tracker.port}:{KEY}", "--history", "rpc.db",
+            "--no-mlflow", "--quiet", "--json", "--no-model-latency", "--out-dir", str(workdir / "run"),
+        ])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["rpc"] == f"[::1]:{tracker.port}:{KEY}"
+        with open_history(str(workdir / "rpc.db"), readonly=True) as store:
+            assert [r for r in store.records() if r.tuner == "random" and r.status == "ok"]
+    finally:
+        if server is not None:
+            server.terminate()
+        tracker.proc.kill()  # Tracker.terminate stops it through 127.0.0.1, which an IPv6 tracker is not on
+
+
+def test_tracker_not_listening_on_ipv6_is_named_in_brackets(capsys, workdir):
+    port = _free_port()
+    _refused(capsys, workdir, f"[::1]:{port}:{KEY}", "cannot reach an RPC tracker", f"[::1]:{port}")
 
 
 def test_tracker_not_listening(capsys, workdir):
