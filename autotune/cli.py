@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuner", default="auto", help="auto (by history match), random, xgb, tl_xgb, ga, gga")
     p.add_argument("--batch", type=int, default=8, help="configs built and measured per round (default 8)")
     p.add_argument("--min-trials", type=int, default=4, help="trials at least for every tuned layer (default 4)")
-    p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time")
+    p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time (of those history has no winner for)")
     p.add_argument("--high", type=float, default=0.8, help="match score from which the guided GA is used (default 0.8)")
     p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
     p.add_argument("--seed", type=int, default=0)

@@ -142,9 +142,16 @@ class TuneSession:
         tunable = [l for l in layers if l.tunable]
         est = {l.name: estimate_seconds(l, peaks.peak_flops, peaks.peak_bw) for l in layers}
         total_est = sum(est.values()) or 1.0
+        # Layers history already holds a winner for are reused with no trial, so the budget
+        # goes to the others: a tune after a partial one spends all the trials it was given.
+        reused = {l.name for l in tunable if self._exact_hit(l)}
+        pending = [l for l in tunable if l.name not in reused]
         if opts.max_layers is not None:
-            tunable = sorted(tunable, key=lambda l: -est[l.name])[: opts.max_layers]
-        budget = split_budget([est[l.name] for l in tunable], opts.trials, opts.min_trials)
+            chosen = {l.name for l in sorted(pending, key=lambda l: -est[l.name])[: opts.max_layers]}
+            pending = [l for l in pending if l.name in chosen]
+        funded = dict(zip((l.name for l in pending), split_budget([est[l.name] for l in pending], opts.trials, opts.min_trials)))
+        tunable = [l for l in tunable if l.name in reused or l.name in funded]
+        budget = [funded.get(l.name, 0) for l in tunable]
 
         report: dict[str, Any] = {
             "run_id": self.run_id,
@@ -356,6 +363,11 @@ class TuneSession:
             fresh = [decay * o + (1 - decay) * f for o, f in zip(old, fresh)]
         total = sum(fresh) or 1.0
         self.store.set_meta(self._importance_key(layer.op_class), json.dumps([float(w) / total for w in fresh]))
+
+    def _exact_hit(self, layer) -> bool:
+        """History has a winner for this very layer in its current knob space (what
+        :func:`history.match.match` reuses)."""
+        return self.store.best(layer.workload_key, self.target.key, space_id=self._space(layer).space_id) is not None
 
     def _space(self, layer):
         from templates.meta_schedule_space import MetaScheduleSpace

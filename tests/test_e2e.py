@@ -114,6 +114,33 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
         assert {k: len(store.records(workload_key=k)) for k in tuned_before} == before
 
 
+def test_layers_history_covers_leave_the_whole_budget_to_the_others(tmp_path, capsys):
+    """A tune after a partial one: the layer tuned before is reused with no trial, and
+    the trials it would have had go to the layer that still needs them."""
+    model, history = _small_cnn(tmp_path / "small.onnx"), tmp_path / "history.db"
+
+    def tune(*flags: str) -> dict:
+        capsys.readouterr()
+        assert main([
+            "tune", str(model), "--target", "llvm", "--tuner", "random", "--batch", "4", "--history", str(history),
+            "--no-mlflow", "--quiet", "--json", "--no-model-latency", "--no-verify", *flags,
+        ]) == 0
+        return {l["name"]: l for l in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["layers"]}
+
+    first = tune("--trials", "4", "--max-layers", "1")
+    assert len(first) == 1
+    (tuned_first,) = first
+    second = tune("--trials", "8")
+    assert second[tuned_first]["dispatch"] == "exact" and second[tuned_first]["trials"] == 0
+    assert sum(l["trials"] for l in second.values()) == 8  # none of it left on the reused layer
+    # --max-layers counts the layers still to tune, not the ones history covers
+    covered = {name for name, l in second.items() if l["trials"] > 0} | {tuned_first}
+    assert len(covered) < len(second)  # 8 trials at 4 a layer did not reach every layer
+    third = tune("--trials", "4", "--max-layers", "1")
+    assert {name for name, l in third.items() if l["dispatch"] == "exact"} == covered
+    assert sorted(l["trials"] for l in third.values()) == [0] * len(covered) + [4]
+
+
 def test_compile_applies_history_and_output_matches_reference(tuned, workdir, capsys):
     model, history, _ = tuned
     out = workdir / "small.so"
