@@ -33,6 +33,7 @@ COLUMNS = [
     "dispatch",
     "tuner",
     "trials",
+    "budget",
     "best_latency_ms",
     "default_latency_ms",
     "speedup",
@@ -92,6 +93,10 @@ def report_peaks(report: Mapping[str, Any]) -> Peaks | None:
 def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[dict[str, Any]]:
     """One row per layer with derived numbers (ms, speedup, share, GFLOP/s, roofline fraction).
 
+    ``share`` is the layer's part of the summed measured time of the layers listed (best
+    latency times occurrences), whatever the report stores under that name: reports
+    before 2026-11-24 stored the roofline estimate the budget was split by, which put a
+    transformer's batch matmul at 1% of the time it spent 10% in.
     Missing derived fields are computed from the raw ones, so a partial report still summarizes.
     """
     layers: Sequence[Mapping[str, Any]] = report.get("layers") or []
@@ -110,9 +115,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
         speedup = _num(layer.get("speedup"))
         if speedup is None and best and default:
             speedup = default / best
-        share = _num(layer.get("share"))
-        if share is None and total > 0 and best is not None:
-            share = weight / total
+        share = weight / total if total > 0 and best is not None else None
         achieved = achieved_flops(flops, best)
         fraction = None
         if peaks is not None and achieved is not None and best:
@@ -126,6 +129,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "dispatch": layer.get("dispatch"),
                 "tuner": layer.get("tuner"),
                 "trials": layer.get("trials"),
+                "budget": layer.get("budget"),
                 "best_latency_ms": None if best is None else best * 1e3,
                 "default_latency_ms": None if default is None else default * 1e3,
                 "speedup": speedup,
@@ -145,6 +149,14 @@ def _fmt(value: Any, spec: str, suffix: str = "") -> str:
 def _fmt_model_latency(seconds: Any) -> str:
     num = _num(seconds)
     return "-" if num is None else f"{num * 1e3:.3f} ms"
+
+
+def _fmt_tuner(row: Mapping[str, Any]) -> str:
+    """The tuner and why; a layer the budget did not reach says so rather than name the
+    tuner it would have had."""
+    if row.get("budget") == 0 and row.get("dispatch") != "exact":
+        return "- (no budget left)"
+    return str(row["tuner"] or "-") + (f" ({row['dispatch']})" if row.get("dispatch") else "")
 
 
 def format_table(report: Mapping[str, Any], width: int = 160) -> str:
@@ -188,7 +200,7 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
             str(row["name"]),
             str(row["op_class"] or "-"),
             _fmt(row["match_score"], ".2f"),
-            str(row["tuner"] or "-") + (f" ({row['dispatch']})" if row.get("dispatch") else ""),
+            _fmt_tuner(row),
             "-" if row["trials"] is None else str(row["trials"]),
             _fmt(row["best_latency_ms"], ".4f"),
             _fmt(row["speedup"], ".2f", "x"),

@@ -511,8 +511,12 @@ def finish_with_report(tracker: Tracker, report: Mapping[str, Any], out_dir: str
     if before and after:
         tracker.log_metric("model_speedup", float(before) / float(after))
 
+    from autotune.report import summary_rows
+
     live_runs: dict[str, str] = getattr(tracker, "layer_runs", {})
-    for layer in report.get("layers") or []:
+    rows = summary_rows(report)
+    for layer, row in zip(report.get("layers") or [], rows):
+        layer = {**layer, "share": row["share"]}
         name = str(layer.get("name"))
         if name in live_runs and isinstance(tracker, MlflowTracker):
             tracker._stack.append(live_runs[name])  # reopen for logging; the run keeps its status

@@ -189,7 +189,8 @@ class TuneSession:
                 self._time_model(report, "model_latency_before", mod, layers, use_history=False)
             for layer, trials in zip(tunable, budget):
                 outcome = self.tune_layer(layer, trials)
-                outcome["share"] = est[layer.name] / total_est
+                # what the budget went by; the table's share is of the measured time
+                outcome["roofline_share"] = est[layer.name] / total_est
                 report["layers"].append(outcome)
             if opts.model_latency:
                 self._time_model(report, "model_latency_after", mod, layers, use_history=True)
@@ -284,6 +285,7 @@ class TuneSession:
             "dispatch": decision.dispatch,
             "tuner": decision.tuner,
             "trials": 0,
+            "budget": 0 if m.exact else trials,  # 0 and no exact hit: the budget ran out first
             "curve": [],
         }
         self.reporter.start_layer(layer.name, 0 if m.exact else trials, decision.tuner, m.score)

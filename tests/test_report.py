@@ -50,7 +50,9 @@ def test_summary_rows_derived_numbers() -> None:
     assert conv["best_latency_ms"] == pytest.approx(0.21)
     assert conv["default_latency_ms"] == pytest.approx(0.94)
     assert conv["speedup"] == pytest.approx(0.94 / 0.21)
-    assert conv["share"] == pytest.approx(0.31)
+    # of the measured time (conv: 0.21 ms, twice; dense 0.12 ms), not the stored estimate (0.31)
+    assert conv["share"] == pytest.approx(0.42 / 0.54)
+    assert rows[1]["share"] == pytest.approx(0.12 / 0.54)
     assert conv["gflops"] == pytest.approx(1.2e8 / 0.00021 / 1e9)
     # report's stored peaks: 1 TFLOP/s, 50 GB/s; AI = 1.2e8/3.4e6 = 35.3 -> memory roof 1.76 TFLOP/s
     # so the compute roof (1 TFLOP/s) binds
@@ -119,6 +121,17 @@ def test_format_table_lists_each_layer() -> None:
     assert "resnet18" in text and "12.300 ms -> 8.100 ms" in text
     assert "4.48x" in text  # conv speedup 0.94/0.21
     assert "history (warm)" in text
+
+
+def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
+    report = make_report()
+    conv, dense = report["layers"]
+    conv.update(budget=0, trials=0, dispatch="cold", tuner="xgb")  # the budget ran out before it
+    dense.update(budget=0, trials=0, dispatch="exact", tuner="reuse")  # history's winner, no trial needed
+    text = format_table(report)
+    assert "- (no budget left)" in text and "xgb (cold)" not in text
+    assert "reuse (exact)" in text
+    assert [r["budget"] for r in summary_rows(report)] == [0, 0]
 
 
 def test_plot_convergence_layers_and_tuners(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from autotune.errors import AutotuneError
+from autotune.report import summary_rows
 from autotune.tracking import Tracker, finish_with_report, report_params, resolve_tracking_uri
 
 
@@ -135,6 +136,7 @@ def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
 
     kids = children_of(client, run_id)
     assert set(kids) == {"fused_conv2d_add_relu", "fused_dense_add"}
+    shares = {row["name"]: row["share"] for row in summary_rows(report)}
     for layer in report["layers"]:
         kid = kids[layer["name"]]
         assert kid.info.status == "FINISHED"
@@ -148,6 +150,9 @@ def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
         gflops = steps(client, kid.info.run_id, "gflops")
         assert [v for _, v in gflops] == pytest.approx([layer["flops"] / lat / 1e9 for _, lat in layer["curve"]])
         assert kid.data.metrics["speedup"] == pytest.approx(layer["speedup"])
+        # the share of the measured time, as the table shows it (not the stored estimate)
+        assert kid.data.metrics["share"] == pytest.approx(shares[layer["name"]])
+        assert kid.data.metrics["share"] != pytest.approx(layer["share"])
 
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"report.json", "report.csv", "convergence.png", "layers.txt"} <= artifacts
