@@ -376,3 +376,46 @@ def test_cuda_random_configs_are_plausible_and_some_apply(cuda_space):
     assert valid >= 1
     # the default point is valid by construction
     cuda_space.apply(cuda_space.default_config())
+
+
+_SPACES_WITHOUT_AND_WITH_INTRINSICS = """
+import importlib
+import json
+import sys
+
+from autotune.decompose import decompose
+from autotune.frontend import load_and_fuse
+from autotune.target import resolve_target
+from templates.meta_schedule_space import MetaScheduleSpace
+
+_, mod = load_and_fuse("resnet18", size=32)
+convs = [l for l in decompose(mod) if l.op_class == "conv2d"][:3]
+
+def sketches(target):
+    spaces = [MetaScheduleSpace(l.func, resolve_target(target).tvm_target, name=l.name) for l in convs]
+    return [[str(s.trace) for s in space.sketches] for space in spaces]
+
+targets = ("llvm", "cuda:sm_80")
+without = {t: sketches(t) for t in targets}
+registered = sorted(m for m in sys.modules if m.startswith("tvm.s_tir.tensor_intrin."))
+for sub in ("cuda", "x86", "arm_cpu"):
+    importlib.import_module("tvm.s_tir.tensor_intrin." + sub)
+print(json.dumps({"registered": registered, "without": without, "with": {t: sketches(t) for t in targets}}))
+"""
+
+
+def test_spaces_need_no_tensor_intrinsics():
+    """Registering TVM's tensor intrinsics costs ~18 s (CUDA) and ~3 s (x86, ARM) a
+    process; the spaces skip it. They must be the very spaces built with every
+    intrinsic registered, on both kinds of target (a fresh process: this one may have
+    registered them already)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _SPACES_WITHOUT_AND_WITH_INTRINSICS], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["registered"] == []
+    assert all(result["without"][t] and all(result["without"][t]) for t in result["without"])
+    assert result["without"] == result["with"]
