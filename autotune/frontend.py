@@ -220,6 +220,23 @@ def to_relax(spec: ModelSpec):
     return mod
 
 
+def lowering_passes(*, batch_norm_in_epilogue: bool = False) -> list:
+    """TVM's passes from an imported Relax module to fused TIR kernels, in order (what
+    :func:`fuse` runs after folding the importer's constants in numpy)."""
+    from tvm import relax
+
+    inference = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
+    return [
+        *(inference if batch_norm_in_epilogue else []),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ]
+
+
 def fuse(mod, *, batch_norm_in_epilogue: bool = False):
     """Legalize to TIR and fuse: each remaining PrimFunc is one kernel TVM will emit.
 
@@ -229,24 +246,13 @@ def fuse(mod, *, batch_norm_in_epilogue: bool = False):
     divide, a multiply and an add per output element. Folding batch norm into the
     weights instead (:func:`load_model`) leaves one add, and measured faster (README).
     """
-    from tvm import relax
     import tvm
 
     from autotune.errors import interrupt_mark, keep_interrupts_through_tvm, raise_if_interrupted_since
+    from autotune.importer_constants import fold_importer_constants
 
     keep_interrupts_through_tvm()
-    inference = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
-    seq = tvm.transform.Sequential(
-        [
-            *(inference if batch_norm_in_epilogue else []),
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            relax.transform.FuseOps(),
-            relax.transform.FuseTIR(),
-            relax.transform.DeadCodeElimination(),
-        ]
-    )
+    seq = tvm.transform.Sequential([fold_importer_constants(), *lowering_passes(batch_norm_in_epilogue=batch_norm_in_epilogue)])
     mark = interrupt_mark()
     try:
         fused = seq(mod)

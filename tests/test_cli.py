@@ -415,7 +415,7 @@ def interrupt(mod, ctx):  # Python that TVM calls back into, as its passes do
 phase, *argv = sys.argv[1:]
 if phase == "fuse":
     relax.transform.FuseOps = lambda: interrupt
-elif phase == "constant folding":  # a real SIGINT while FoldConstant builds the bias reshape
+elif phase == "constant folding":  # a real SIGINT while FoldConstant builds batch norm's constants
     tirx_build, builds = importlib.import_module("tvm.tirx.build").build, []
     def build_once_interrupted(*args, **kwargs):
         builds.append(args)
@@ -444,10 +444,12 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
     import sqlite3
 
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype("float32"), "W"),
-             numpy_helper.from_array(rng.standard_normal(4).astype("float32"), "B")]
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "W", "B"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["y"])],
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype("float32"), "W")] + [
+        numpy_helper.from_array(rng.uniform(0.5, 2.0, 4).astype("float32"), name) for name in ("g", "b", "m", "v")
+    ]
+    graph = helper.make_graph(  # with --batch-norm epilogue, FoldConstant computes the batch norm's scale and shift
+        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits,
     )
@@ -459,7 +461,7 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
         "compile": ["-o", str(out)],
     }[command]
     proc = subprocess.run(
-        [sys.executable, "-c", _INTERRUPT_INSIDE_TVM, phase, command, str(model), "--target", "llvm", *args],
+        [sys.executable, "-c", _INTERRUPT_INSIDE_TVM, phase, command, str(model), "--target", "llvm", "--batch-norm", "epilogue", *args],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 130, proc.stdout + proc.stderr

@@ -291,3 +291,31 @@ def test_input_shape_keeps_the_ops_tvm_imports(tmp_path):
     assert sorted(_ops(pinned)) == sorted(_ops(plain))
     params, ret = _relax_shapes(to_relax(pinned))
     assert params == [[1, 16, 256]] and ret == [1, 16, 256]
+
+
+@pytest.mark.parametrize("model, batch_norm", [
+    ("resnet18", "weights"), ("resnet18", "epilogue"), ("alexnet", "weights"), ("mobilenetv2", "separate"),
+])
+def test_importer_constants_folded_in_numpy_give_the_same_kernels(model, batch_norm):
+    """Each conv's bias reshape and each ReLU6 bound's NaN guard is computed before
+    FoldConstant would compile a function for it: none is left, and the kernels (their
+    keys, in order) are those of TVM's passes alone."""
+    import tvm
+
+    from autotune import decompose
+    from autotune.frontend import fuse, lowering_passes
+    from autotune.importer_constants import fold_importer_constants
+
+    spec = load_model(model, size=64, fold_batch_norm=batch_norm == "weights")
+    imported = to_relax(spec)
+    if batch_norm == "weights":  # the folded convs have biases (with batch norm in the epilogue, none)
+        assert "R.reshape(metadata" in imported["main"].script()
+    folded = fold_importer_constants()(imported)["main"].script()
+    assert "R.reshape(metadata" not in folded
+    if model == "mobilenetv2":
+        assert "R.isnan(" in imported["main"].script() and "R.isnan(" not in folded
+    epilogue = batch_norm == "epilogue"
+    tvm_alone = tvm.transform.Sequential(lowering_passes(batch_norm_in_epilogue=epilogue))(imported)
+    ours = fuse(imported, batch_norm_in_epilogue=epilogue)
+    keys = [l.workload_key for l in decompose.decompose(ours)]
+    assert keys and keys == [l.workload_key for l in decompose.decompose(tvm_alone)]
