@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_ls)
+    h = hsub.add_parser("runs", help="one line per tuning run: model, target, layering, status, records")
+    _history_arg(h)
+    _json_arg(h)
+    h.set_defaults(func=cmd_history_runs)
     h = hsub.add_parser("show", help="the records of one workload (key or unique prefix)")
     h.add_argument("key")
     h.add_argument("--limit", type=int, default=50)
@@ -370,6 +374,30 @@ def cmd_history_ls(args) -> int:
         name = (w.descriptor.get("name", "") if w else "")[:34]
         best = f"{r['best_latency'] * 1e3:.4f}" if r["best_latency"] is not None else "-"
         print(f"{r['workload_key']:<26} {r['op_class']:<17} {name:<34} {r['target_key'][:28]:<28} {r['n_records']:>7} {r['n_ok']:>5} {best:>10}")
+    return 0
+
+
+def cmd_history_runs(args) -> int:
+    from autotune.layering_hint import run_layering
+    from history import open_history
+
+    with open_history(args.history, create=False, readonly=True) as store:
+        runs = store.runs()
+    for run in runs:
+        run["batch_norm"] = run_layering(run)  # runs from before the flag: separate
+    if args.json:
+        print(json.dumps([{k: v for k, v in run.items() if k != "summary"} for run in runs]))
+        return 0
+    if not runs:
+        print("history holds no runs")
+        return 0
+    print(f"{'run':<12} {'started (UTC)':<19} {'model':<16} {'target':<28} {'tuner':<7} {'batch norm':<10} {'status':<8} {'records':>7}")
+    for run in runs:
+        started = str(run["started_at"] or "")[:19].replace("T", " ")
+        print(
+            f"{run['run_id'][:12]:<12} {started:<19} {run['model'][:16]:<16} {run['target_key'][:28]:<28} {run['tuner'][:7]:<7} "
+            f"{run['batch_norm']:<10} {run['status']:<8} {run['n_records']:>7}"
+        )
     return 0
 
 

@@ -239,6 +239,30 @@ def test_history_show_and_best(capsys, populated_history):
     assert best[0]["latency_median"] == pytest.approx(1e-3)
 
 
+def test_history_runs_lists_each_run_with_its_layering(capsys, populated_history):
+    from history import open_history
+
+    path, key = populated_history
+    assert main(["history", "runs", "--history", path]) == 0
+    assert capsys.readouterr().out.strip() == "history holds no runs"
+    with open_history(path) as store:
+        store.start_run("0ld", model="resnet18", target_key="llvm:znver3:cpu", tuner="auto", params={"trials": 8})
+        store.finish_run("0ld", "finished", {})
+        store.start_run("n3w", model="resnet18", target_key="llvm:znver3:cpu", tuner="gga", params={"batch_norm": "weights"})
+        store.add_record(workload_key=key, target_key="llvm:znver3:cpu", space_id="s", config={"i": 9},
+                         samples=[1e-3], status="ok", tuner="gga", run_id="n3w")
+    assert main(["history", "runs", "--history", path, "--json"]) == 0
+    runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    # a run from before the flag ran with batch norm separate, the only layering then
+    assert runs["0ld"]["batch_norm"] == "separate" and runs["n3w"]["batch_norm"] == "weights"
+    assert (runs["0ld"]["status"], runs["n3w"]["status"]) == ("finished", "running")
+    assert (runs["0ld"]["n_records"], runs["n3w"]["n_records"]) == (0, 1)
+    assert main(["history", "runs", "--history", path]) == 0
+    header, *lines = capsys.readouterr().out.strip().splitlines()
+    assert "batch norm" in header and len(lines) == 2
+    assert lines[1].split()[0] == "n3w" and " weights " in lines[1] and " running " in lines[1]
+
+
 def test_history_export_to_stdout_imports_from_stdin(capsys, populated_history, env, monkeypatch):
     """``history export - | history import -``, twice: the second adds nothing; bad JSON
     on standard input is refused before the database is created."""
