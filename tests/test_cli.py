@@ -465,6 +465,7 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
     lowered, or built to time it. tvm-ffi handed that back as an error, so the tune said
     'lowering failed' (exit 2), or noted a failed timing and tuned on; FoldConstant drops
     the error and goes on, so the tune ran to its end. It must stop like any Ctrl-C."""
+    import signal
     import sqlite3
 
     rng = np.random.default_rng(0)
@@ -487,6 +488,8 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
     proc = subprocess.run(
         [sys.executable, "-c", _INTERRUPT_INSIDE_TVM, phase, command, str(model), "--target", "llvm", "--batch-norm", "epilogue", *args],
         capture_output=True, text=True, timeout=300,
+        # as in test_ctrl_c_mid_tune: a run started in the background inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.returncode == 130, proc.stdout + proc.stderr
     said = {"tune": "autotune: interrupted; measurements so far are kept in history", "compile": "autotune: interrupted"}
