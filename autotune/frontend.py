@@ -191,12 +191,12 @@ def _set_input_dims(proto, shapes: dict[str, tuple[int, ...]]):
 def to_relax(spec: ModelSpec):
     """Import into Relax with weights bound as constants (they travel in the export)."""
     import tvm
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     from autotune.errors import keep_interrupts_through_tvm
 
     keep_interrupts_through_tvm()  # the first TVM work of every command
-    from tvm.relax.frontend.onnx import from_onnx
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     supported = set(_get_convert_map()) | {"Constant", "If"}
     missing = sorted({n.op_type for n in spec.proto.graph.node} - supported)

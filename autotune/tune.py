@@ -367,9 +367,9 @@ class TuneSession:
         self.store.set_meta(self._importance_key(layer.op_class), json.dumps([float(w) / total for w in fresh]))
 
     def _exact_hit(self, layer) -> bool:
-        """History has a winner for this very layer in its current knob space (what
-        :func:`history.match.match` reuses)."""
-        return self.store.best(layer.workload_key, self.target.key, space_id=self._space(layer).space_id) is not None
+        from history.match import exact_hit
+
+        return exact_hit(self.store, layer.workload_key, self.target.key, space_id=self._space(layer).space_id) is not None
 
     def _space(self, layer):
         from templates.meta_schedule_space import MetaScheduleSpace

@@ -82,6 +82,13 @@ def similarity(a: Sequence[float], b: Sequence[float], weights: Sequence[float] 
     return math.exp(-dist)
 
 
+def exact_hit(store: HistoryStore, workload_key: str, target_key: str, *, space_id: str | None = None):
+    """The record :func:`match` reuses as it is (score 1.0), or None: the fastest usable
+    record (ok, not found wrong) of this very workload on this target, in knob space
+    ``space_id`` if given."""
+    return store.best(workload_key, target_key, space_id=space_id)
+
+
 def match(
     store: HistoryStore,
     workload: WorkloadInfo,
@@ -99,7 +106,7 @@ def match(
     Workload keys in ``exclude`` are treated as absent from history (an experiment's
     target layers, which history from other layers must not contain).
     """
-    best = None if workload.key in exclude else store.best(workload.key, target_key, space_id=space_id)
+    best = None if workload.key in exclude else exact_hit(store, workload.key, target_key, space_id=space_id)
     if best is not None:
         return MatchResult(1.0, True, best)
     neighbours: list[Neighbour] = []
