@@ -96,7 +96,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
     ``share`` is the layer's part of the summed measured time of the layers listed (best
     latency times occurrences), whatever the report stores under that name: reports
     before 2026-11-24 stored the roofline estimate the budget was split by, which put a
-    transformer's batch matmul at 1% of the time it spent 10% in.
+    transformer's batch matmul at 1% of the time it spent 12% in.
     Missing derived fields are computed from the raw ones, so a partial report still summarizes.
     """
     layers: Sequence[Mapping[str, Any]] = report.get("layers") or []
