@@ -186,7 +186,9 @@ class RichReporter(Reporter):
         from rich.markup import escape
 
         parts = [name]
-        if summary.get("tuner"):
+        if summary.get("budget") == 0 and summary.get("dispatch") != "exact":
+            parts.append("no budget left")  # as the table says: no tuner ran
+        elif summary.get("tuner"):
             parts.append(str(summary["tuner"]))
         if summary.get("trials") is not None:
             parts.append(f"{summary['trials']} trials")

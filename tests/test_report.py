@@ -333,6 +333,18 @@ def test_rich_reporter_renders_without_tty() -> None:
     assert "resnet18" in text
 
 
+def test_rich_reporter_names_a_layer_the_budget_did_not_reach() -> None:
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    reporter.start_model("m", [("conv_a", 0), ("conv_b", 0)])
+    for name, dispatch in (("conv_a", "cold"), ("conv_b", "exact")):
+        reporter.start_layer(name, 0, "xgb" if dispatch == "cold" else "reuse", 0.0)
+        reporter.end_layer(name, {"tuner": "xgb" if dispatch == "cold" else "reuse", "dispatch": dispatch, "budget": 0, "trials": 0})
+    reporter.close()
+    lines = [l for l in buf.getvalue().splitlines() if l.startswith("done")]
+    assert lines == ["done conv_a  no budget left  0 trials", "done conv_b  reuse  0 trials"]
+
+
 def test_quiet_reporter_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     drive(make_reporter("quiet"))
     captured = capsys.readouterr()
