@@ -222,12 +222,21 @@ def to_relax(spec: ModelSpec):
 
 def lowering_passes(*, batch_norm_in_epilogue: bool = False) -> list:
     """TVM's passes from an imported Relax module to fused TIR kernels, in order (what
-    :func:`fuse` runs after folding the importer's constants in numpy)."""
+    :func:`fuse` runs, folding the importer's constants in numpy before them)."""
+    return [*(_inference_passes() if batch_norm_in_epilogue else []), *_kernel_passes()]
+
+
+def _inference_passes() -> list:
+    """Batch norm and the other inference-time composites into elementwise ops."""
     from tvm import relax
 
-    inference = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
+    return [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
+
+
+def _kernel_passes() -> list:
+    from tvm import relax
+
     return [
-        *(inference if batch_norm_in_epilogue else []),
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
@@ -252,7 +261,10 @@ def fuse(mod, *, batch_norm_in_epilogue: bool = False):
     from autotune.importer_constants import fold_importer_constants
 
     keep_interrupts_through_tvm()
-    seq = tvm.transform.Sequential([fold_importer_constants(), *lowering_passes(batch_norm_in_epilogue=batch_norm_in_epilogue)])
+    fold = fold_importer_constants()
+    # with batch norm in the epilogue, fold the constant parts of its decomposition too
+    inference = [*_inference_passes(), fold] if batch_norm_in_epilogue else []
+    seq = tvm.transform.Sequential([fold, *inference, *_kernel_passes()])
     mark = interrupt_mark()
     try:
         fused = seq(mod)

@@ -439,7 +439,7 @@ def interrupt(mod, ctx):  # Python that TVM calls back into, as its passes do
 phase, *argv = sys.argv[1:]
 if phase == "fuse":
     relax.transform.FuseOps = lambda: interrupt
-elif phase == "constant folding":  # a real SIGINT while FoldConstant builds batch norm's constants
+elif phase == "constant folding":  # a real SIGINT while FoldConstant builds the transposed weight
     tirx_build, builds = importlib.import_module("tvm.tirx.build").build, []
     def build_once_interrupted(*args, **kwargs):
         builds.append(args)
@@ -469,24 +469,22 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
     import sqlite3
 
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype("float32"), "W")] + [
-        numpy_helper.from_array(rng.uniform(0.5, 2.0, 4).astype("float32"), name) for name in ("g", "b", "m", "v")
-    ]
-    graph = helper.make_graph(  # with --batch-norm epilogue, FoldConstant computes the batch norm's scale and shift
-        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
-         helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits,
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype("float32"), "W"),
+             numpy_helper.from_array(rng.standard_normal(16).astype("float32"), "B")]
+    graph = helper.make_graph(  # a PyTorch Linear: TVM's FoldConstant compiles the weight's transpose
+        [helper.make_node("Gemm", ["x", "W", "B"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], inits,
     )
-    model = env / "conv.onnx"
+    model = env / "linear.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
-    history, out = env / "h.db", env / "conv.so"
+    history, out = env / "h.db", env / "linear.so"
     args = {
         "tune": ["--trials", "2", "--history", str(history), "--no-mlflow", "--quiet"],
         "compile": ["-o", str(out)],
     }[command]
     proc = subprocess.run(
-        [sys.executable, "-c", _INTERRUPT_INSIDE_TVM, phase, command, str(model), "--target", "llvm", "--batch-norm", "epilogue", *args],
+        [sys.executable, "-c", _INTERRUPT_INSIDE_TVM, phase, command, str(model), "--target", "llvm", *args],
         capture_output=True, text=True, timeout=300,
         # as in test_ctrl_c_mid_tune: a run started in the background inherits SIGINT ignored
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),

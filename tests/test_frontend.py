@@ -297,9 +297,10 @@ def test_input_shape_keeps_the_ops_tvm_imports(tmp_path):
     ("resnet18", "weights"), ("resnet18", "epilogue"), ("alexnet", "weights"), ("mobilenetv2", "separate"),
 ])
 def test_importer_constants_folded_in_numpy_give_the_same_kernels(model, batch_norm):
-    """Each conv's bias reshape and each ReLU6 bound's NaN guard is computed before
-    FoldConstant would compile a function for it: none is left, and the kernels (their
-    keys, in order) are those of TVM's passes alone."""
+    """Each conv's bias reshape, each ReLU6 bound's NaN guard and each decomposed batch
+    norm's constant part is computed before FoldConstant would compile a function for
+    it: none is left, and the kernels (their keys, in order) are those of TVM's passes
+    alone."""
     import tvm
 
     from autotune import decompose
@@ -314,6 +315,13 @@ def test_importer_constants_folded_in_numpy_give_the_same_kernels(model, batch_n
     assert "R.reshape(metadata" not in folded
     if model == "mobilenetv2":
         assert "R.isnan(" in imported["main"].script() and "R.isnan(" not in folded
+    if batch_norm == "epilogue":  # the decomposed batch norm's sqrt(var + eps) and expanded parameters
+        from autotune.frontend import _inference_passes
+
+        decomposed = tvm.transform.Sequential(_inference_passes())(fold_importer_constants()(imported))
+        assert "R.sqrt(" in decomposed["main"].script()
+        refolded = fold_importer_constants()(decomposed)["main"].script()
+        assert "R.sqrt(" not in refolded and "R.expand_dims(metadata" not in refolded
     epilogue = batch_norm == "epilogue"
     tvm_alone = tvm.transform.Sequential(lowering_passes(batch_norm_in_epilogue=epilogue))(imported)
     ours = fuse(imported, batch_norm_in_epilogue=epilogue)
