@@ -1,7 +1,8 @@
 """Fold the constant expressions TVM's ONNX importer writes, in numpy, before FoldConstant.
 
 The importer reshapes every convolution's 1-D bias to ``(1, C, 1, 1)`` with ``R.reshape``
-of the constant, and guards each constant Clip bound (ReLU6) with
+of the constant, transposes the weight of every ``Gemm`` with ``transB=1`` (each PyTorch
+``nn.Linear`` export) with ``R.permute_dims``, and guards each constant Clip bound (ReLU6) with
 ``R.where(R.isnan(bound), inf, bound)``; with batch norm in the epilogue, its
 decomposition computes ``sqrt(var + eps)`` and expands each parameter to ``(1, C, 1, 1)``.
 TVM's ``FoldConstant`` folds those too, but by compiling a TIR function for each and
@@ -22,7 +23,8 @@ from functools import lru_cache
 
 @lru_cache(maxsize=1)
 def fold_importer_constants():
-    """A module pass: reshapes, NaN guards and float arithmetic of constants become constants."""
+    """A module pass: reshapes, transposes, NaN guards and float arithmetic of constants
+    become constants."""
     import numpy as np
     import tvm
     from tvm import relax
@@ -41,6 +43,7 @@ def fold_importer_constants():
     }
     reshape = tvm.ir.Op.get("relax.reshape")
     expand_dims = tvm.ir.Op.get("relax.expand_dims")
+    permute_dims = tvm.ir.Op.get("relax.permute_dims")
 
     @relax.expr_functor.mutator
     class ImporterConstants(relax.PyExprMutator):
@@ -61,6 +64,12 @@ def fold_importer_constants():
                 data = self._constant(call.args[0])
                 if data is not None:
                     return relax.const(np.expand_dims(data, tuple(int(a) for a in call.attrs.axis)), str(data.dtype))
+                return call
+            if call.op.same_as(permute_dims) and len(call.args) == 1:
+                data = self._constant(call.args[0])
+                if data is not None:
+                    axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+                    return relax.const(np.ascontiguousarray(np.transpose(data, axes)), str(data.dtype))
                 return call
             fold = next((f for op, f in folds.items() if call.op.same_as(op)), None)
             arithmetic = next((f for op, f in float_folds.items() if call.op.same_as(op)), None)

@@ -327,3 +327,39 @@ def test_importer_constants_folded_in_numpy_give_the_same_kernels(model, batch_n
     ours = fuse(imported, batch_norm_in_epilogue=epilogue)
     keys = [l.workload_key for l in decompose.decompose(ours)]
     assert keys and keys == [l.workload_key for l in decompose.decompose(tvm_alone)]
+
+
+def test_a_pytorch_linear_weight_is_transposed_in_numpy(tmp_path):
+    """``Gemm(transB=1)``, as every exported ``nn.Linear``: TVM's importer transposes the
+    constant weight, which FoldConstant compiled a function for. Done in numpy, the
+    kernels are the same and the model still computes what ONNX's reference does."""
+    import tvm
+    from onnx.reference import ReferenceEvaluator
+
+    from autotune import decompose
+    from autotune.compile import build
+    from autotune.frontend import fuse, lowering_passes
+    from autotune.importer_constants import fold_importer_constants
+    from autotune.target import resolve_target
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype("float32"), "W"),
+             numpy_helper.from_array(rng.standard_normal(16).astype("float32"), "B")]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "B"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        inits,
+    )
+    path = tmp_path / "linear.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    imported = to_relax(load_model(str(path)))
+    assert "R.permute_dims(metadata" in imported["main"].script()
+    assert "R.permute_dims(metadata" not in fold_importer_constants()(imported)["main"].script()
+    ours = fuse(imported)
+    tvm_alone = tvm.transform.Sequential(lowering_passes())(imported)
+    assert [l.workload_key for l in decompose.decompose(ours)] == [l.workload_key for l in decompose.decompose(tvm_alone)]
+
+    x = rng.standard_normal((4, 8)).astype("float32")
+    vm = tvm.relax.VirtualMachine(build(ours, resolve_target("llvm")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, ReferenceEvaluator(str(path)).run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
