@@ -21,6 +21,42 @@ from __future__ import annotations
 from functools import lru_cache
 
 
+def _shape(call):
+    """``reshape``'s target shape, when it is a literal one."""
+    from tvm import relax
+
+    shape = call.args[1]
+    return [int(v) for v in shape.values] if isinstance(shape, relax.ShapeExpr) else None
+
+
+def _axes(values) -> list[int] | None:
+    return None if values is None else [int(a) for a in values]
+
+
+@lru_cache(maxsize=1)
+def _folds() -> dict:
+    """Op name -> (how many leading arguments must be constants, the numpy fold of
+    ``(call, *their values)`` or None where it cannot fold, whether for floats only)."""
+    import numpy as np
+
+    def reshape(call, x):
+        shape = _shape(call)
+        return None if shape is None else x.reshape(shape)
+
+    return {
+        "relax.reshape": (1, reshape, False),
+        "relax.expand_dims": (1, lambda call, x: np.expand_dims(x, tuple(_axes(call.attrs.axis))), False),
+        "relax.permute_dims": (1, lambda call, x: np.ascontiguousarray(np.transpose(x, _axes(call.attrs.axes))), False),
+        "relax.isnan": (1, lambda call, x: np.isnan(x), False),
+        "relax.where": (3, lambda call, c, a, b: np.where(c, a, b).astype(np.result_type(a, b)), False),
+        "relax.add": (2, lambda call, a, b: np.add(a, b), True),
+        "relax.subtract": (2, lambda call, a, b: np.subtract(a, b), True),
+        "relax.multiply": (2, lambda call, a, b: np.multiply(a, b), True),
+        "relax.divide": (2, lambda call, a, b: np.divide(a, b), True),
+        "relax.sqrt": (1, lambda call, x: np.sqrt(x), True),
+    }
+
+
 @lru_cache(maxsize=1)
 def fold_importer_constants():
     """A module pass: reshapes, transposes, NaN guards and float arithmetic of constants
@@ -30,20 +66,7 @@ def fold_importer_constants():
     from tvm import relax
 
     Constant = tvm.ir.expr.Constant
-    folds = {
-        tvm.ir.Op.get("relax.isnan"): lambda x: np.isnan(x),
-        tvm.ir.Op.get("relax.where"): lambda cond, a, b: np.where(cond, a, b).astype(np.result_type(a, b)),
-    }
-    float_folds = {
-        tvm.ir.Op.get("relax.add"): np.add,
-        tvm.ir.Op.get("relax.subtract"): np.subtract,
-        tvm.ir.Op.get("relax.multiply"): np.multiply,
-        tvm.ir.Op.get("relax.divide"): np.divide,
-        tvm.ir.Op.get("relax.sqrt"): np.sqrt,
-    }
-    reshape = tvm.ir.Op.get("relax.reshape")
-    expand_dims = tvm.ir.Op.get("relax.expand_dims")
-    permute_dims = tvm.ir.Op.get("relax.permute_dims")
+    folds = _folds()
 
     @relax.expr_functor.mutator
     class ImporterConstants(relax.PyExprMutator):
@@ -55,35 +78,20 @@ def fold_importer_constants():
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if call.op.same_as(reshape) and len(call.args) == 2 and isinstance(call.args[1], relax.ShapeExpr):
-                data = self._constant(call.args[0])
-                if data is not None:
-                    return relax.const(data.reshape([int(v) for v in call.args[1].values]), str(data.dtype))
+            entry = folds.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
+            if entry is None:
                 return call
-            if call.op.same_as(expand_dims) and len(call.args) == 1:
-                data = self._constant(call.args[0])
-                if data is not None:
-                    return relax.const(np.expand_dims(data, tuple(int(a) for a in call.attrs.axis)), str(data.dtype))
-                return call
-            if call.op.same_as(permute_dims) and len(call.args) == 1:
-                data = self._constant(call.args[0])
-                if data is not None:
-                    axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-                    return relax.const(np.ascontiguousarray(np.transpose(data, axes)), str(data.dtype))
-                return call
-            fold = next((f for op, f in folds.items() if call.op.same_as(op)), None)
-            arithmetic = next((f for op, f in float_folds.items() if call.op.same_as(op)), None)
-            if fold is None and arithmetic is None:
-                return call
-            values = [self._constant(arg) for arg in call.args]
+            n_values, fold, floats_only = entry
+            values = [self._constant(arg) for arg in call.args[:n_values]]
             if any(v is None for v in values):
                 return call
-            if arithmetic is not None:
-                if len({v.dtype for v in values}) != 1 or values[0].dtype.kind != "f":
-                    return call  # mixed or integer types: TVM's rules, not numpy's
-                fold = arithmetic
+            if floats_only and (len({v.dtype for v in values}) != 1 or values[0].dtype.kind != "f"):
+                return call  # mixed or integer types: TVM's rules, not numpy's
             with np.errstate(all="ignore"):  # inf and nan fold as TVM computes them, without warnings
-                result = np.asarray(fold(*values))
+                result = fold(call, *values)
+            if result is None:
+                return call
+            result = np.asarray(result)
             return relax.const(result, str(result.dtype))
 
     @tvm.transform.module_pass(opt_level=0, name="FoldImporterConstants")

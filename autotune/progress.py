@@ -185,8 +185,10 @@ class RichReporter(Reporter):
             self._progress.update(self._overall, completed=self._overall_completed())
         from rich.markup import escape
 
+        from autotune.report import budget_ran_out
+
         parts = [name]
-        if summary.get("budget") == 0 and summary.get("dispatch") != "exact":
+        if budget_ran_out(summary):
             parts.append("no budget left")  # as the table says: no tuner ran
         elif summary.get("tuner"):
             parts.append(str(summary["tuner"]))

@@ -151,10 +151,15 @@ def _fmt_model_latency(seconds: Any) -> str:
     return "-" if num is None else f"{num * 1e3:.3f} ms"
 
 
+def budget_ran_out(layer: Mapping[str, Any]) -> bool:
+    """The layer got no trials because the budget did not reach it (not an exact hit)."""
+    return layer.get("budget") == 0 and layer.get("dispatch") != "exact"
+
+
 def _fmt_tuner(row: Mapping[str, Any]) -> str:
     """The tuner and why; a layer the budget did not reach says so rather than name the
     tuner it would have had."""
-    if row.get("budget") == 0 and row.get("dispatch") != "exact":
+    if budget_ran_out(row):
         return "- (no budget left)"
     return str(row["tuner"] or "-") + (f" ({row['dispatch']})" if row.get("dispatch") else "")
 
