@@ -18,8 +18,9 @@ from typing import Any, Callable
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.target import TargetSpec
+from history.models import BASELINE_SPACE_PREFIX
 
-DEFAULT_SPACE_PREFIX = "tvm-default:"
+DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
 
 
 def default_space_id(target: TargetSpec) -> str:

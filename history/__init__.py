@@ -11,6 +11,7 @@ from .errors import HistoryError
 from .io import export_json, import_json
 from .location import ENV_VAR, autotune_home, mask_url, resolve_location
 from .models import (
+    BASELINE_SPACE_PREFIX,
     MAX_ERROR_CHARS,
     RECORD_STATUSES,
     RUN_STATUSES,
@@ -24,6 +25,7 @@ from .schema import SCHEMA_VERSION
 from .store import HistoryStore, open_history
 
 __all__ = [
+    "BASELINE_SPACE_PREFIX",
     "autotune_home",
     "ENV_VAR",
     "HistoryError",

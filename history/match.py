@@ -111,7 +111,7 @@ def match(
         return MatchResult(1.0, True, best)
     neighbours: list[Neighbour] = []
     same_class = {w.key: w for w in store.workloads(op_class=workload.op_class)}
-    for row in store.summary():
+    for row in store.summary(searched_only=True):  # a default-schedule timing is no evidence
         if row["n_ok"] == 0 or row["op_class"] != workload.op_class:
             continue
         other = same_class.get(row["workload_key"])

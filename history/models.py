@@ -8,6 +8,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+#: Space id prefix of baseline records (TVM's own default schedule, config ``{}``): a
+#: layer's time before tuning, not evidence of which knob values are good.
+BASELINE_SPACE_PREFIX = "tvm-default:"
 #: Every status a measurement record may carry; "ok" is the only one with a usable latency.
 RECORD_STATUSES: tuple[str, ...] = ("ok", "build_error", "run_error", "timeout", "wrong_result", "invalid")
 #: Every status a tuning run may carry.

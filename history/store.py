@@ -47,6 +47,7 @@ from . import schema
 from .errors import HistoryError
 from .location import mask_url, resolve_location
 from .models import (
+    BASELINE_SPACE_PREFIX,
     MAX_ERROR_CHARS,
     RECORD_STATUSES,
     RUN_STATUSES,
@@ -892,10 +893,15 @@ class HistoryStore:
         with self._read() as conn:
             return set(conn.execute(query).scalars())
 
-    def summary(self, target_key: str | None = None) -> list[dict[str, Any]]:
-        """One row per (workload, target) with record counts and the best latency, for listings."""
+    def summary(self, target_key: str | None = None, *, searched_only: bool = False) -> list[dict[str, Any]]:
+        """One row per (workload, target) with record counts and the best latency, for listings.
+
+        With ``searched_only``, baseline records (TVM's default schedule) are left out, as
+        if never made: a layer measured only at its default is no tuning evidence."""
         r, w, t = schema.records, schema.workloads, schema.targets
         usable = self._usable()
+        if searched_only:
+            usable = and_(usable, ~r.c.space_id.startswith(BASELINE_SPACE_PREFIX, autoescape=True))
         ranked = (
             select(
                 r.c.workload_id,

@@ -37,6 +37,24 @@ def test_exact_hit_scores_one(store):
     assert m.exact and m.score == 1.0 and m.best is not None
 
 
+def test_default_schedule_timings_are_no_evidence(store):
+    """``tune`` times every layer's default schedule before tuning any: those baseline
+    records (config ``{}``) must not make a layer, or its neighbours, look like history
+    knows good configs for them (a 0.99 match and the guided GA, seeded from nothing)."""
+    from history import BASELINE_SPACE_PREFIX
+
+    w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
+    store.register_workload(w)
+    store.register_workload(near)
+    for key in ("a", "n"):
+        store.add_record(workload_key=key, target_key=CPU.key, space_id=BASELINE_SPACE_PREFIX + "llvm", config={}, samples=[5e-3], status="ok")
+    m = match(store, w, CPU.key, space_id="s")
+    assert (m.score, m.neighbours) == (0.0, ())
+    assert choose(m.score, m.exact).tuner == "xgb"
+    _ok(store, "n", CPU)  # a searched config of the neighbour is evidence
+    assert [nb.workload.key for nb in match(store, w, CPU.key, space_id="s").neighbours] == ["n"]
+
+
 def test_excluded_workloads_are_absent_from_history(store):
     """An experiment's target layers must not match themselves in history (ResNet-50
     holds ResNet-18's 3x3 64->64 conv): excluded, the layer is scored on its neighbours."""
