@@ -37,11 +37,16 @@ class Reporter:
 
     mode: Mode = "quiet"
 
-    def start_model(self, model: str, layers: list[tuple[str, int]]) -> None:
-        """A model run begins; `layers` lists (layer name, trial budget) in tuning order."""
+    def start_model(self, model: str, layers: list[tuple[str, int | None]], total: int | None = None) -> None:
+        """A model run begins; `layers` lists (layer name, trial budget) in model order, the
+        budget None where it is decided as tuning goes (``--budget-split adaptive``);
+        `total` is the model's budget (default: the layers' sum)."""
 
     def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
         """Tuning of one layer begins with this budget, tuner choice and history match score."""
+
+    def layer_budget(self, name: str, trials: int) -> None:
+        """The layer's budget is now `trials` (an adaptive split gives trials chunk by chunk)."""
 
     def trial(self, name: str, done: int, best_latency: float | None) -> None:
         """`done` trials of layer `name` are finished; `best_latency` is the best so far (seconds)."""
@@ -80,11 +85,16 @@ class JsonReporter(Reporter):
         stream.write(json.dumps(_clean(record), allow_nan=False) + "\n")
         stream.flush()
 
-    def start_model(self, model: str, layers: list[tuple[str, int]]) -> None:
-        self._emit("start_model", model=model, layers=[{"name": n, "trials": t} for n, t in layers])
+    def start_model(self, model: str, layers: list[tuple[str, int | None]], total: int | None = None) -> None:
+        if total is None:
+            total = sum(t or 0 for _, t in layers)
+        self._emit("start_model", model=model, trials=total, layers=[{"name": n, "trials": t} for n, t in layers])
 
     def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
         self._emit("start_layer", layer=name, trials=trials, tuner=tuner, match_score=match_score)
+
+    def layer_budget(self, name: str, trials: int) -> None:
+        self._emit("layer_budget", layer=name, trials=trials)
 
     def trial(self, name: str, done: int, best_latency: float | None) -> None:
         self._emit("trial", layer=name, done=done, best_latency=best_latency)
@@ -151,10 +161,11 @@ class RichReporter(Reporter):
             for n in names
         )
 
-    def start_model(self, model: str, layers: list[tuple[str, int]]) -> None:
+    def start_model(self, model: str, layers: list[tuple[str, int | None]], total: int | None = None) -> None:
         self._ensure_started()
-        self._budgets = {name: int(trials) for name, trials in layers}
-        total = sum(self._budgets.values())
+        self._budgets = {name: int(trials) for name, trials in layers if trials is not None}
+        if total is None:
+            total = sum(self._budgets.values())
         self._overall = self._progress.add_task(
             f"{model} ({len(layers)} layers)", total=total or None, best=""
         )
@@ -167,6 +178,12 @@ class RichReporter(Reporter):
         self._layer_tasks[name] = self._progress.add_task(
             f"  {name} [{tuner}{score}]", total=max(int(trials), 1), best="best -"
         )
+
+    def layer_budget(self, name: str, trials: int) -> None:
+        self._budgets[name] = int(trials)
+        task = self._layer_tasks.get(name)
+        if task is not None:
+            self._progress.update(task, total=max(int(trials), 1))
 
     def trial(self, name: str, done: int, best_latency: float | None) -> None:
         task = self._layer_tasks.get(name)

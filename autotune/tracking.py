@@ -160,7 +160,7 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
         params["device"] = target.get("device_name")
     elif target is not None:
         params["target"] = target
-    for key in ("budget", "history", "tuner", "batch_norm"):
+    for key in ("budget", "budget_split", "history", "tuner", "batch_norm"):
         if report.get(key) is not None:
             params[key] = report[key]
     versions = report.get("versions")
@@ -207,14 +207,24 @@ class Tracker:
         """Open a nested run for one layer; log_* calls inside go to it. Yields the nested run id."""
         yield None
 
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        """Params on the current run; a key already logged is kept (MLflow params are immutable)."""
+    def open_layer(self, name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> str | None:
+        """Open a nested run for one layer that stays open across other layers' work (an
+        adaptive budget split tunes layers by turns); log to it with ``layer=name``."""
+        return None
 
-    def log_metric(self, key: str, value: float | None, step: int | None = None) -> None:
-        """One metric value on the current run (buffered; None/NaN values are skipped)."""
+    def close_layer(self, name: str, status: Status = "FINISHED") -> None:
+        """End a run :meth:`open_layer` opened; ending the parent also ends it."""
 
-    def log_trial(self, step: int, best_latency: float | None, flops: float | None = None) -> None:
-        """Per-trial metrics of the current layer: best_latency_ms and (with flops) gflops at `step`."""
+    def log_params(self, params: Mapping[str, Any], layer: str | None = None) -> None:
+        """Params on the current run (or layer ``layer``'s); a key already logged is kept
+        (MLflow params are immutable)."""
+
+    def log_metric(self, key: str, value: float | None, step: int | None = None, layer: str | None = None) -> None:
+        """One metric value on the current run (or layer ``layer``'s) (buffered; None/NaN values are skipped)."""
+
+    def log_trial(self, step: int, best_latency: float | None, flops: float | None = None, layer: str | None = None) -> None:
+        """Per-trial metrics of the current layer (or layer ``layer``): best_latency_ms and
+        (with flops) gflops at `step`."""
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Tags on the current run (e.g. match_score and dispatch on a layer run)."""
@@ -258,7 +268,8 @@ class MlflowTracker(Tracker):
         self.experiment = experiment
         self._lock = threading.RLock()
         self._parent: str | None = None
-        self._stack: list[str] = []  # open nested runs, innermost last
+        self._stack: list[str] = []  # nested runs log_* calls go to, innermost last
+        self._open: list[str] = []  # nested runs not yet ended
         self._params: dict[str, dict[str, str]] = {}
         self._pending: list[tuple[str, Any]] = []
         self._last_flush = time.monotonic()
@@ -334,17 +345,10 @@ class MlflowTracker(Tracker):
 
     @contextlib.contextmanager
     def layer(self, name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> Iterator[str]:
-        if self._parent is None:
-            raise AutotuneError("internal error: MLflow tracker layer() before start()")
-        self.flush()
-        with self._guard(f"start the run of layer {name}"):
-            run_id = self._create_run(name, {**(tags or {}), PARENT_TAG: self._parent, "autotune.layer": name})
-        self.layer_runs[name] = run_id
+        run_id = self.open_layer(name, params, tags)
         self._stack.append(run_id)
         status: Status = "FINISHED"
         try:
-            if params:
-                self.log_params(params)
             yield run_id
         except KeyboardInterrupt:
             status = "KILLED"
@@ -354,14 +358,43 @@ class MlflowTracker(Tracker):
             raise
         finally:
             try:
-                self.flush()
-                with self._guard(f"end the run of layer {name}"):
-                    self._client.set_terminated(run_id, status)
+                self.close_layer(name, status)
             finally:
                 self._stack.remove(run_id)
 
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        run = self._require_run()
+    def open_layer(self, name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> str:
+        if self._parent is None:
+            raise AutotuneError("internal error: MLflow tracker layer() before start()")
+        self.flush()
+        with self._guard(f"start the run of layer {name}"):
+            run_id = self._create_run(name, {**(tags or {}), PARENT_TAG: self._parent, "autotune.layer": name})
+        self.layer_runs[name] = run_id
+        self._open.append(run_id)
+        if params:
+            self.log_params(params, layer=name)
+        return run_id
+
+    def close_layer(self, name: str, status: Status = "FINISHED") -> None:
+        run_id = self.layer_runs.get(name)
+        if run_id is None or run_id not in self._open:
+            return
+        try:
+            self.flush()
+            with self._guard(f"end the run of layer {name}"):
+                self._client.set_terminated(run_id, status)
+        finally:
+            self._open.remove(run_id)
+
+    def _run_for(self, layer: str | None) -> str:
+        if layer is None:
+            return self._require_run()
+        run = self.layer_runs.get(layer)
+        if run is None:
+            raise AutotuneError(f"internal error: no MLflow run for layer {layer}")
+        return run
+
+    def log_params(self, params: Mapping[str, Any], layer: str | None = None) -> None:
+        run = self._run_for(layer)
         seen = self._params.setdefault(run, {})
         fresh = {}
         for key, value in params.items():
@@ -377,7 +410,7 @@ class MlflowTracker(Tracker):
             self._client.log_batch(run, params=[Param(k, v) for k, v in fresh.items()])
         seen.update(fresh)
 
-    def log_metric(self, key: str, value: float | None, step: int | None = None) -> None:
+    def log_metric(self, key: str, value: float | None, step: int | None = None, layer: str | None = None) -> None:
         if value is None:
             return
         try:
@@ -390,7 +423,7 @@ class MlflowTracker(Tracker):
 
         metric = Metric(key, number, int(time.time() * 1000), int(step or 0))
         with self._lock:
-            run = self._require_run()
+            run = self._run_for(layer)
             self._pending.append((run, metric))
             if key == "best_latency_ms":
                 self.stepped_runs.add(run)
@@ -398,12 +431,12 @@ class MlflowTracker(Tracker):
         if due:
             self.flush()
 
-    def log_trial(self, step: int, best_latency: float | None, flops: float | None = None) -> None:
+    def log_trial(self, step: int, best_latency: float | None, flops: float | None = None, layer: str | None = None) -> None:
         if best_latency is None or not math.isfinite(best_latency) or best_latency <= 0:
             return
-        self.log_metric("best_latency_ms", best_latency * 1e3, step)
+        self.log_metric("best_latency_ms", best_latency * 1e3, step, layer=layer)
         if flops:
-            self.log_metric("gflops", flops / best_latency / 1e9, step)
+            self.log_metric("gflops", flops / best_latency / 1e9, step, layer=layer)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         run = self._require_run()
@@ -448,9 +481,10 @@ class MlflowTracker(Tracker):
         self._ended = True
         self.flush()
         with self._guard("end the run"):
-            for run in reversed(self._stack):
+            for run in dict.fromkeys(reversed(self._stack + self._open)):
                 self._client.set_terminated(run, status)
             self._stack.clear()
+            self._open.clear()
             self._client.set_terminated(self._parent, status)
 
 

@@ -9,13 +9,13 @@ are never measured again).
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.budget import LayerProgress, estimate_seconds, make_schedule, roofline_seconds
 from autotune.errors import AutotuneError, interrupt_mark, keep_interrupts_through_tvm, raise_if_interrupted_since
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
@@ -39,6 +39,7 @@ class TuneOptions:
     high: float = 0.8
     low: float = 0.05
     batch_norm: str = DEFAULT_BATCH_NORM  # where batch norm runs: frontend.BATCH_NORM_LAYERINGS
+    budget_split: str = "adaptive"  # how trials are spread over layers: budget.BUDGET_SPLITS
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
 
@@ -56,34 +57,6 @@ def ensure_measurable(target: TargetSpec, rpc: str | None) -> None:
         raise AutotuneError(
             f"cannot measure on {target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
         )
-
-
-def split_budget(weights: list[float], budget: int, min_trials: int) -> list[int]:
-    """Trials per layer in proportion to estimated time, at least ``min_trials`` each for
-    the layers that get any; when the budget cannot cover everyone, the heaviest win."""
-    n = len(weights)
-    if n == 0 or budget <= 0:
-        return [0] * n
-    order = sorted(range(n), key=lambda i: -weights[i])
-    funded = order[: max(1, min(n, budget // max(min_trials, 1)))]
-    total = sum(weights[i] for i in funded) or 1.0
-    alloc = [0] * n
-    spare = budget - min_trials * len(funded)
-    shares = {i: spare * weights[i] / total for i in funded}
-    for i in funded:
-        alloc[i] = min_trials + int(math.floor(shares[i]))
-    left = budget - sum(alloc)
-    for i in sorted(funded, key=lambda i: -(shares[i] - math.floor(shares[i]))):
-        if left <= 0:
-            break
-        alloc[i] += 1
-        left -= 1
-    return alloc
-
-
-def estimate_seconds(layer, peak_flops: float, peak_bw: float) -> float:
-    """Roofline time of one call, times how often the model calls it."""
-    return layer.occurrences * max(layer.flops / peak_flops, layer.bytes / peak_bw)
 
 
 class TuneSession:
@@ -149,10 +122,12 @@ class TuneSession:
         if opts.max_layers is not None:
             chosen = {l.name for l in sorted(pending, key=lambda l: -est[l.name])[: opts.max_layers]}
             pending = [l for l in pending if l.name in chosen]
-        funded = dict(zip((l.name for l in pending), split_budget([est[l.name] for l in pending], opts.trials, opts.min_trials)))
-        tunable = [l for l in tunable if l.name in reused or l.name in funded]
-        budget = [funded.get(l.name, 0) for l in tunable]
-
+            tunable = [l for l in tunable if l.name in reused or l.name in chosen]
+        progress = {
+            l.name: LayerProgress(l.name, l.occurrences, l.flops, l.op_class, roofline_seconds(l, peaks.peak_flops, peaks.peak_bw))
+            for l in pending
+        }
+        schedule = make_schedule(opts.budget_split, list(progress.values()), opts.trials, min_trials=opts.min_trials, batch=opts.batch)
         report: dict[str, Any] = {
             "run_id": self.run_id,
             "model": spec.name,
@@ -162,6 +137,7 @@ class TuneSession:
             "history": self.store.url,
             "tuner": opts.tuner,
             "batch_norm": opts.batch_norm,  # the layering: it decides the layers' keys
+            "budget_split": schedule.name,
             "versions": {"autotune": _version(), "tvm": tvm.__version__},
             "roofline": peaks.to_dict(),
             # where candidates, winners' checks and the model timing ran (None: this machine)
@@ -178,18 +154,45 @@ class TuneSession:
             report["history_note"] = hint
         self.store.start_run(
             self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
-            params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
+            params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "budget_split": opts.budget_split, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
         )
         status = "failed"
+        outcomes: dict[str, dict[str, Any]] = {}
         try:
-            self.reporter.start_model(spec.name, [(l.name, n) for l, n in zip(tunable, budget)])
+            planned = getattr(schedule, "shares", {})
+            self.reporter.start_model(spec.name, [(l.name, planned.get(l.name)) for l in tunable], total=opts.trials)
             if hint:
                 self.reporter.message(f"note: {hint}")
             if opts.model_latency:
                 self._time_model(report, "model_latency_before", mod, layers, use_history=False)
-            for layer, trials in zip(tunable, budget):
-                outcome = self.tune_layer(layer, trials)
-                # what the budget went by; the table's share is of the measured time
+            outcomes.update((l.name, self._reuse(l)) for l in tunable if l.name in reused)
+            for layer in pending:  # what an untried layer costs now, to weigh it against the others
+                progress[layer.name].default_s = self.default_latency(layer)
+            open_: dict[str, _LayerTuning] = {}
+            by_name = {l.name: l for l in pending}
+            report["schedule"] = []  # [layer, trials] per chunk, in the order given
+            while (chunk := schedule.next_chunk(progress)) is not None:
+                name, n = chunk
+                p = progress[name]
+                if name not in open_:
+                    open_[name] = self._open_layer(by_name[name], p)
+                p.allotted += n
+                self.reporter.layer_budget(name, p.allotted)
+                report["schedule"].append([name, n])
+                measured = self._advance(open_[name], p, n)
+                p.allotted -= schedule.refund(n - measured)  # passed on to other layers, if the split does
+                open_[name].out["budget"] = p.allotted
+                for other in list(open_):
+                    if schedule.done_with(progress[other]):
+                        outcomes[other] = self._close_layer(open_.pop(other))
+            for name in list(open_):
+                outcomes[name] = self._close_layer(open_.pop(name))
+            for layer in pending:  # the budget did not reach it
+                if layer.name not in outcomes:
+                    outcomes[layer.name] = self._close_layer(self._open_layer(layer, progress[layer.name]))
+            for layer in tunable:
+                outcome = outcomes[layer.name]
+                # what a roofline split went by; the table's share is of the measured time
                 outcome["roofline_share"] = est[layer.name] / total_est
                 report["layers"].append(outcome)
             if opts.model_latency:
@@ -203,7 +206,7 @@ class TuneSession:
             # the run's dispatch decisions and the history records they drew on
             self.store.finish_run(self.run_id, status, {"layers": [
                 {k: layer.get(k) for k in ("name", "workload_key", "match_score", "match", "dispatch", "tuner", "source_weights", "trials", "best_latency", "best_record_id")}
-                for layer in report["layers"]
+                for layer in report["layers"] or [outcomes[l.name] for l in tunable if l.name in outcomes]
             ]})
         return report
 
@@ -263,17 +266,8 @@ class TuneSession:
             return float(np.median(timer("main").results))
 
     # --- one layer ---------------------------------------------------------------------
-    def tune_layer(self, layer, trials: int) -> dict[str, Any]:
-        from autotune import dispatch
-        from history.match import match
-        from search import make_tuner
-        from search.tuner import TrialResult
-
-        opts = self.options
-        space = self._space(layer)
-        m = match(self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class), space_id=space.space_id)
-        decision = dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
-        out: dict[str, Any] = {
+    def _layer_outcome(self, layer, m, decision) -> dict[str, Any]:
+        return {
             "name": layer.name,
             "op_class": layer.op_class,
             "workload_key": layer.workload_key,
@@ -285,57 +279,110 @@ class TuneSession:
             "dispatch": decision.dispatch,
             "tuner": decision.tuner,
             "trials": 0,
-            "budget": 0 if m.exact else trials,  # 0 and no exact hit: the budget ran out first
+            "budget": 0,  # 0 and no exact hit: the budget ran out first
             "curve": [],
         }
-        self.reporter.start_layer(layer.name, 0 if m.exact else trials, decision.tuner, m.score)
-        default = self.default_latency(layer)
-        out["default_latency"] = default
-        with self.tracker.layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class, "trials_budget": trials}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch}):
-            if m.exact:
-                out["best_latency"] = m.best.latency_median
-                out["best_record_id"] = m.best.id
-                out["speedup"] = _ratio(default, out["best_latency"])
-                self.reporter.end_layer(layer.name, out)
-                return out
-            priors = priors_from_match(self.store, m)
-            tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
-            # Resume: what earlier runs measured for this exact layer is known, not re-measured.
-            earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
-            tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
-            done, invalid, best = 0, 0, min((r.latency_median for r in earlier if r.ok), default=None)
-            while done < trials and invalid < 20 * max(trials, 1):
-                configs = tuner.ask(min(opts.batch, trials - done))
-                if not configs:
-                    break
-                results, n_measured = self._measure(layer, space, configs, decision.tuner)
-                raise_if_interrupted_since(self._interrupts)  # one TVM swallowed while measuring
-                tuner.tell(results)
-                invalid += len(configs) - n_measured
-                for res in results:
-                    if res.status == "invalid":
-                        continue
-                    done += 1
-                    if res.ok and (best is None or res.latency < best):
-                        best = res.latency
-                    out["curve"].append([done, best])
-                    if best is not None:
-                        self.tracker.log_trial(done, best, layer.flops)
-                self.reporter.trial(layer.name, done, best)
-            out["trials"] = done
-            out["invalid"] = invalid
-            # which source layers the guided tuner ended up believing (search.source_weights)
-            out["source_weights"] = dict(getattr(tuner, "source_weights", {}))
-            self._learn_importance(layer, tuner)
-            winner = self._verify_best(layer, space) if opts.verify else self.store.best(layer.workload_key, self.target.key)
-            if winner is not None:
-                out["best_latency"] = winner.latency_median
-                out["best_record_id"] = winner.id
-                out["best_config"] = winner.config if winner.space_id == space.space_id else None
-                out["verified"] = winner.verified
-            else:
-                out["best_latency"] = None
-            out["speedup"] = _ratio(default, out.get("best_latency"))
+
+    def _match(self, layer, space):
+        from autotune import dispatch
+        from history.match import match
+
+        opts = self.options
+        m = match(self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class), space_id=space.space_id)
+        return m, dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
+
+    def _reuse(self, layer) -> dict[str, Any]:
+        """A layer history holds a winner for: its record is the result, with no trial."""
+        m, decision = self._match(layer, self._space(layer))
+        out = self._layer_outcome(layer, m, decision)
+        self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
+        out["default_latency"] = default = self.default_latency(layer)
+        with self.tracker.layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class, "trials_budget": 0}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch}):
+            out["best_latency"] = m.best.latency_median
+            out["best_record_id"] = m.best.id
+            out["speedup"] = _ratio(default, out["best_latency"])
+        self.reporter.end_layer(layer.name, out)
+        return out
+
+    def _open_layer(self, layer, progress: LayerProgress) -> "_LayerTuning":
+        """Match, dispatch and make the layer's tuner, told what earlier runs measured."""
+        from search import make_tuner
+        from search.tuner import TrialResult
+
+        opts = self.options
+        space = self._space(layer)
+        m, decision = self._match(layer, space)
+        out = self._layer_outcome(layer, m, decision)
+        self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
+        out["default_latency"] = progress.default_s if progress.default_s is not None else self.default_latency(layer)
+        self.tracker.open_layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
+        priors = priors_from_match(self.store, m)
+        tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
+        # Resume: what earlier runs measured for this exact layer is known, not re-measured.
+        earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
+        tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
+        best = min((r.latency_median for r in earlier if r.ok), default=None)
+        return _LayerTuning(layer, space, decision.tuner, tuner, out, best)
+
+    def _advance(self, run: "_LayerTuning", progress: LayerProgress, trials: int) -> int:
+        """Measure up to ``trials`` more configs of the layer; returns how many were measured
+        (fewer when its tuner runs out of candidates, which marks the layer exhausted)."""
+        opts = self.options
+        layer, out = run.layer, run.out
+        done, invalid = 0, 0
+        while done < trials and invalid < 20 * max(trials, 1):
+            configs = run.tuner.ask(min(opts.batch, trials - done))
+            if not configs:
+                break
+            results, n_measured = self._measure(layer, run.space, configs, run.tuner_name)
+            raise_if_interrupted_since(self._interrupts)  # one TVM swallowed while measuring
+            run.tuner.tell(results)
+            invalid += len(configs) - n_measured
+            for res in results:
+                if res.status == "invalid":
+                    continue
+                done += 1
+                if res.ok and (run.best is None or res.latency < run.best):
+                    run.best = res.latency
+                step = len(out["curve"]) + 1
+                out["curve"].append([step, run.best])
+                progress.curve.append(run.best)
+                if run.best is not None:
+                    self.tracker.log_trial(step, run.best, layer.flops, layer=layer.name)
+            self.reporter.trial(layer.name, len(out["curve"]), run.best)
+        out["trials"] = len(out["curve"])
+        run.invalid += invalid
+        # What the layer's cost model learned weighs the next layer's match at once: with
+        # layers tuned by turns none is closed until the budget is spent.
+        self._learn_importance(layer, run.tuner)
+        if done < trials:
+            progress.exhausted = True
+        return done
+
+    def _close_layer(self, run: "_LayerTuning") -> dict[str, Any]:
+        """The layer gets no more trials: learn from its tuner, verify its winner, report."""
+        layer, out = run.layer, run.out
+        out["invalid"] = run.invalid
+        # which source layers the guided tuner ended up believing (search.source_weights)
+        out["source_weights"] = dict(getattr(run.tuner, "source_weights", {}))
+        try:
+            winner = self._verify_best(layer, run.space) if self.options.verify else self.store.best(layer.workload_key, self.target.key)
+        except KeyboardInterrupt:
+            self.tracker.close_layer(layer.name, "KILLED")
+            raise
+        except BaseException:
+            self.tracker.close_layer(layer.name, "FAILED")
+            raise
+        if winner is not None:
+            out["best_latency"] = winner.latency_median
+            out["best_record_id"] = winner.id
+            out["best_config"] = winner.config if winner.space_id == run.space.space_id else None
+            out["verified"] = winner.verified
+        else:
+            out["best_latency"] = None
+        out["speedup"] = _ratio(out.get("default_latency"), out.get("best_latency"))
+        self.tracker.log_params({"trials_budget": out["budget"]}, layer=layer.name)
+        self.tracker.close_layer(layer.name, "FINISHED")
         self.reporter.end_layer(layer.name, out)
         return out
 
@@ -447,6 +494,20 @@ class TuneSession:
                     return self.store.best(layer.workload_key, self.target.key)
                 self.reporter.message(f"{layer.name}: record {rec.id} rejected: {problem}")
         return self.store.best(layer.workload_key, self.target.key)
+
+
+@dataclass
+class _LayerTuning:
+    """One layer between its first trials and its verification: the tuner stays alive
+    across the chunks a schedule hands it."""
+
+    layer: Any
+    space: Any
+    tuner_name: str
+    tuner: Any
+    out: dict[str, Any]
+    best: float | None
+    invalid: int = 0
 
 
 def close_stale_runs(store) -> list[str]:

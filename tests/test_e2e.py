@@ -81,6 +81,12 @@ def test_tune_writes_every_measurement_to_history(tuned, workdir):
     report = json.loads((workdir / "run" / "report.json").read_text())
     assert {l["name"] for l in report["layers"]} >= {"fused_conv2d_add_relu", "matmul"}
     assert sum(l["trials"] for l in report["layers"]) == 12
+    # the adaptive split (the default) gave the budget chunk by chunk; its log adds up
+    assert report["budget_split"] == "adaptive"
+    assert sum(n for _, n in report["schedule"]) == 12
+    for layer in report["layers"]:
+        given = sum(n for name, n in report["schedule"] if name == layer["name"])
+        assert layer["trials"] == layer["budget"] == given
     conv = next(l for l in report["layers"] if l["op_class"] == "conv2d")
     assert conv["default_latency"] > 0 and conv["best_latency"] > 0
     assert conv["speedup"] == pytest.approx(conv["default_latency"] / conv["best_latency"])
@@ -179,6 +185,12 @@ def test_mlflow_run_recorded(tuned, workdir):
     steps = client.get_metric_history(conv.info.run_id, "best_latency_ms")
     assert [m.step for m in steps] == sorted(m.step for m in steps) and len(steps) >= 2
     assert all(b.value <= a.value for a, b in zip(steps, steps[1:]))  # best-so-far never rises
+    # layers tuned by turns each log to their own run, which ends once the layer is verified
+    for r in layers:
+        entry = next(l for l in report["layers"] if l["name"] == r.data.tags["autotune.layer"])
+        assert r.info.status == "FINISHED" and r.data.params["trials_budget"] == str(entry["budget"])
+        logged = client.get_metric_history(r.info.run_id, "best_latency_ms")
+        assert max((m.step for m in logged), default=0) == entry["trials"]
 
 
 def test_history_export_import_roundtrip(tuned, workdir, capsys):

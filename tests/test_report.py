@@ -345,6 +345,41 @@ def test_rich_reporter_names_a_layer_the_budget_did_not_reach() -> None:
     assert lines == ["done conv_a  no budget left  0 trials", "done conv_b  reuse  0 trials"]
 
 
+def _drive_by_turns(reporter: Reporter) -> None:
+    """An adaptive split: budgets unknown up front, layers given trials by turns."""
+    reporter.start_model("m", [("conv_a", None), ("conv_b", None)], total=12)
+    reporter.start_layer("conv_a", 0, "xgb", 0.0)
+    reporter.layer_budget("conv_a", 4)
+    reporter.trial("conv_a", 4, 0.002)
+    reporter.start_layer("conv_b", 0, "gga", 0.9)
+    reporter.layer_budget("conv_b", 4)
+    reporter.trial("conv_b", 4, 0.003)
+    reporter.layer_budget("conv_a", 8)
+    reporter.trial("conv_a", 8, 0.001)
+    for name, trials, best in (("conv_a", 8, 0.001), ("conv_b", 4, 0.003)):
+        reporter.end_layer(name, {"tuner": "xgb", "budget": trials, "trials": trials, "best_latency": best})
+    reporter.close()
+
+
+def test_json_reporter_tells_budgets_given_by_turns() -> None:
+    buf = io.StringIO()
+    _drive_by_turns(make_reporter("json", buf))
+    events = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert events[0]["trials"] == 12 and events[0]["layers"] == [{"name": "conv_a", "trials": None}, {"name": "conv_b", "trials": None}]
+    budgets = [(e["layer"], e["trials"]) for e in events if e["event"] == "layer_budget"]
+    assert budgets == [("conv_a", 4), ("conv_b", 4), ("conv_a", 8)]
+
+
+def test_rich_reporter_follows_budgets_given_by_turns() -> None:
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    _drive_by_turns(reporter)
+    overall = reporter._progress.tasks[0]
+    assert (overall.total, overall.completed) == (12, 12)
+    lines = [l for l in buf.getvalue().splitlines() if l.startswith("done")]
+    assert lines == ["done conv_a  xgb  8 trials  best 1.000 ms", "done conv_b  xgb  4 trials  best 3.000 ms"]
+
+
 def test_quiet_reporter_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     drive(make_reporter("quiet"))
     captured = capsys.readouterr()

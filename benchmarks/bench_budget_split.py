@@ -1,0 +1,105 @@
+"""Model latency at a fixed trial budget: the budget split over layers adaptively (chunk by
+chunk, from what was measured) or by roofline time, fixed up front.
+
+Per model and seed, one real ``autotune tune`` per split (``TuneSession``, same budget and
+seed, each into a fresh history), then both tuned models built from their histories and
+timed in turns in this process (TVM's ``time_evaluator``, 5 repeats of at least 100 ms),
+their outputs compared. Also reported: each tune's *model time as tuned*, the sum over
+tunable layers of calls x best latency (default latency for a layer left untried), which
+is what a split tries to minimise and is free of the whole-model timing's noise.
+
+Run:  python benchmarks/bench_budget_split.py --models transformer,mobilenetv2,resnet18 --size 56 --trials 64 --seeds 0,1,2,3,4 --out FILE
+Prints one JSON object; the README records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _emit import emit  # noqa: E402
+from _timing import time_in_turns  # noqa: E402
+
+SPLITS = ("adaptive", "roofline")
+
+
+def tuned_time(report: dict) -> float:
+    """Seconds per inference the tunable layers take as tuned: what the split minimises."""
+    total = 0.0
+    for layer in report["layers"]:
+        latency = layer.get("best_latency") or layer.get("default_latency") or 0.0
+        total += layer["occurrences"] * latency
+    return total
+
+
+def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
+    from autotune import compile as compiler
+    from autotune import frontend
+    from autotune.tune import TuneOptions, TuneSession
+    from history import open_history
+
+    mods, row, spec = {}, {"model": model, "seed": seed}, None
+    with tempfile.TemporaryDirectory(prefix="autotune-split-") as tmp:
+        for split in SPLITS:
+            store = open_history(os.path.join(tmp, f"{split}.db"))
+            session = TuneSession(target, store, TuneOptions(trials=trials, seed=seed, model_latency=False, budget_split=split))
+            try:
+                t0 = time.perf_counter()
+                report = session.tune_model(model, size=size)
+                row[f"{split}_tune_s"] = round(time.perf_counter() - t0, 1)
+                row[f"{split}_tuned_ms"] = round(tuned_time(report) * 1e3, 4)
+                row[f"{split}_trials"] = {l["name"]: l["trials"] for l in report["layers"]}
+                spec, mod = frontend.load_and_fuse(model, size=size)
+                mods[split], _ = compiler.apply_history(mod, session.decomposition, target, store)
+            finally:
+                session.close()
+                store.close()
+        row.update(time_in_turns(mods, target, next(iter(spec.input_shapes.values()))))
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="transformer,mobilenetv2,resnet18")
+    parser.add_argument("--size", type=int, default=56)
+    parser.add_argument("--trials", type=int, default=64, help="measured trials of each tune (the whole model)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated tuner seeds: one tune per split each")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+
+    from autotune.target import resolve_target
+
+    target = resolve_target(args.target)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    models = args.models.split(",")
+    rows = []
+    for model in models:
+        for seed in seeds:
+            print(f"[split] {model} seed {seed}", file=sys.stderr, flush=True)
+            rows.append(one_seed(model, args.size, args.trials, seed, target))
+            print(f"[split] {json.dumps(rows[-1])}", file=sys.stderr, flush=True)  # kept if the run is cut
+    summary = {}
+    for model in models:
+        mine = [r for r in rows if r["model"] == model]
+        summary[model] = {
+            **{f"{s}_ms_median": statistics.median(r[f"{s}_ms"] for r in mine) for s in SPLITS},
+            **{f"{s}_tuned_ms_median": statistics.median(r[f"{s}_tuned_ms"] for r in mine) for s in SPLITS},
+            "roofline_over_adaptive_per_seed": [round(r["roofline_ms"] / r["adaptive_ms"], 3) for r in mine],
+            "roofline_over_adaptive_tuned_per_seed": [round(r["roofline_tuned_ms"] / r["adaptive_tuned_ms"], 3) for r in mine],
+        }
+    emit({"bench": "budget_split", "target": target.key, "size": args.size, "trials": args.trials, "seeds": seeds,
+          "runs": rows, "summary": summary}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""How a model's trial budget is spread over its layers (autotune.budget), driven by
+simulated layers whose best latency follows a known curve."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.budget import AdaptiveSchedule, LayerProgress, RooflineSchedule, make_schedule, split_budget
+
+
+def _layer(name: str, *, default: float, roofline: float = 1e-6, calls: int = 1, flops: float = 1e6, op_class: str = "dense") -> LayerProgress:
+    return LayerProgress(name, calls, flops, op_class, roofline, default_s=default)
+
+
+def _run(schedule, layers: dict[str, LayerProgress], improve, *, space: dict[str, int] | None = None) -> list[tuple[str, int]]:
+    """Drive a schedule as the tune loop does: each chunk's trials lower the layer's best
+    by ``improve(layer, trial)``; a layer with a finite ``space`` runs out of candidates."""
+    given = []
+    while (chunk := schedule.next_chunk(layers)) is not None:
+        name, n = chunk
+        p = layers[name]
+        p.allotted += n
+        measured = min(n, (space or {}).get(name, p.trials + n) - p.trials)
+        for _ in range(measured):
+            p.curve.append(improve(p, p.trials + 1))
+        if measured < n:
+            p.exhausted = True
+        p.allotted -= schedule.refund(n - measured)
+        given.append((name, measured))
+    return given
+
+
+def _halving(p: LayerProgress, trial: int) -> float:
+    """A tuned kernel is 4x faster than the default at once, then gains slowly."""
+    return p.default_s / 4 / (1 + 0.05 * trial)
+
+
+def test_split_budget_funds_the_heaviest_when_it_cannot_fund_all():
+    assert split_budget([1.0, 8.0, 2.0, 4.0], 8, 4) == [0, 4, 0, 4]
+    assert sum(split_budget([3.0, 1.0, 1.0], 64, 4)) == 64
+    assert split_budget([], 10, 4) == []
+
+
+def test_adaptive_gives_every_layer_a_first_chunk_in_model_order_before_any_a_second():
+    """In the model's order, each layer finds the one before it (often its like) tuned."""
+    layers = {n: _layer(n, default=d) for n, d in [("a", 2e-3), ("b", 9e-3), ("c", 5e-3), ("d", 1e-3)]}
+    given = _run(AdaptiveSchedule(list(layers.values()), 40, min_trials=4, batch=8), layers, _halving)
+    assert given[:4] == [("a", 4), ("b", 4), ("c", 4), ("d", 4)]
+    assert given[4] == ("b", 8)  # then deeper where the measured time is largest
+    assert sum(n for _, n in given) == 40
+
+
+def test_adaptive_first_chunks_go_to_the_heaviest_when_the_budget_cannot_reach_all():
+    layers = {n: _layer(n, default=d, calls=c) for n, d, c in [("a", 2e-3, 1), ("b", 9e-3, 1), ("c", 5e-3, 1), ("d", 1e-3, 4)]}
+    given = _run(AdaptiveSchedule(list(layers.values()), 8, min_trials=4, batch=8), layers, _halving)
+    assert given == [("b", 4), ("c", 4)]  # the two heaviest, in the model's order
+
+
+def test_adaptive_gives_trials_where_the_measured_time_is_not_where_the_roofline_says():
+    """The case that motivated it: a layer the roofline calls light (a batch matmul at 1%
+    of the estimate) that measures heavy gets trials; the roofline split gives it none."""
+    def fresh():
+        return {
+            **{f"conv{i}": _layer(f"conv{i}", default=4e-3, roofline=1e-4) for i in range(4)},
+            "bmm": _layer("bmm", default=20e-3, roofline=2e-6, op_class="batch_matmul"),
+        }
+
+    roofline = fresh()
+    _run(RooflineSchedule(list(roofline.values()), 16, min_trials=4, batch=8), roofline, _halving)
+    assert roofline["bmm"].trials == 0
+
+    adaptive = fresh()
+    _run(AdaptiveSchedule(list(adaptive.values()), 16, min_trials=4, batch=8), adaptive, _halving)
+    assert adaptive["bmm"].trials >= 4
+
+
+def test_adaptive_spends_in_proportion_to_measured_time_after_the_first_visits():
+    """Two layers that gain alike per trial: the one that costs five times more (five
+    calls) ends with most of the budget; with equal costs they end near even."""
+    heavy = {"x": _layer("x", default=4e-3, calls=5), "y": _layer("y", default=4e-3)}
+    _run(AdaptiveSchedule(list(heavy.values()), 96, min_trials=4, batch=8), heavy, _halving)
+    assert heavy["x"].trials > 2 * heavy["y"].trials
+
+    even = {"x": _layer("x", default=4e-3), "y": _layer("y", default=4e-3)}
+    _run(AdaptiveSchedule(list(even.values()), 96, min_trials=4, batch=8), even, _halving)
+    assert abs(even["x"].trials - even["y"].trials) <= 8
+
+
+def test_the_first_drop_from_the_default_does_not_pull_the_budget_back():
+    """Going from an unscheduled default to a first tuned config is a 10-50x drop on a
+    CPU; counted as the layer's recent gain it would send the next trials back to it
+    rather than to a layer not yet tried."""
+    big = _layer("big", default=100e-3)
+    big.curve, big.starts, big.allotted = [2e-3] * 4, [0], 4  # one chunk: 100 ms -> 2 ms
+    layers = {"big": big, "small": _layer("small", default=0.3e-3)}
+    assert AdaptiveSchedule(list(layers.values()), 8, min_trials=4, batch=8).next_chunk(layers) == ("small", 4)
+
+
+def test_an_exhausted_layer_passes_its_trials_on_and_is_not_asked_again():
+    layers = {"tiny": _layer("tiny", default=50e-3), "other": _layer("other", default=1e-3)}
+    given = _run(AdaptiveSchedule(list(layers.values()), 30, min_trials=4, batch=8), layers, _halving, space={"tiny": 6})
+    assert layers["tiny"].trials == 6 and layers["tiny"].exhausted
+    assert layers["other"].trials == 24  # the whole budget is spent: 30 in all
+    assert [name for name, n in given].count("tiny") == 2
+
+
+def test_roofline_schedule_tunes_layers_in_order_to_their_fixed_shares():
+    layers = {n: _layer(n, default=1e-3, roofline=r) for n, r in [("a", 1e-4), ("b", 3e-4)]}
+    schedule = RooflineSchedule(list(layers.values()), 40, min_trials=4, batch=8)
+    given = _run(schedule, layers, _halving)
+    assert [name for name, _ in given] == ["a", "a", "b", "b", "b", "b"]
+    assert (layers["a"].trials, layers["b"].trials) == (12, 28) == (schedule.shares["a"], schedule.shares["b"])
+
+
+def test_unknown_split_is_refused():
+    with pytest.raises(ValueError, match="adaptive, roofline"):
+        make_schedule("greedy", [], 8, min_trials=4, batch=8)
