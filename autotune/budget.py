@@ -132,6 +132,8 @@ class Schedule(Protocol):
     the layer's :class:`LayerProgress`, and asks again until ``None``."""
 
     name: str
+    #: each layer's trials where fixed before tuning (none where they are decided as it goes)
+    planned: dict[str, int]
 
     def next_chunk(self, layers: dict[str, LayerProgress]) -> tuple[str, int] | None:
         """The layer to tune next and how many trials to give it now; None: budget spent."""
@@ -152,18 +154,18 @@ class RooflineSchedule:
     def __init__(self, layers: list[LayerProgress], budget: int, *, min_trials: int, batch: int) -> None:
         estimates = [p.occurrences * p.roofline_s for p in layers]
         self.order = [p.name for p in layers]
-        self.shares = dict(zip(self.order, split_budget(estimates, budget, min_trials)))
+        self.planned = dict(zip(self.order, split_budget(estimates, budget, min_trials)))
         self.batch = max(1, batch)
 
     def next_chunk(self, layers: dict[str, LayerProgress]) -> tuple[str, int] | None:
         for name in self.order:
             p = layers[name]
             if not self.done_with(p):
-                return name, min(self.batch, self.shares[name] - p.allotted)
+                return name, min(self.batch, self.planned[name] - p.allotted)
         return None
 
     def done_with(self, layer: LayerProgress) -> bool:
-        return layer.exhausted or layer.allotted >= self.shares[layer.name]
+        return layer.exhausted or layer.allotted >= self.planned[layer.name]
 
     def refund(self, trials: int) -> int:
         """A layer's share is its own: what it could not spend is not passed on."""
@@ -177,6 +179,7 @@ class AdaptiveSchedule:
     name = "adaptive"
 
     def __init__(self, layers: list[LayerProgress], budget: int, *, min_trials: int, batch: int) -> None:
+        self.planned: dict[str, int] = {}
         self.position = {p.name: i for i, p in enumerate(layers)}  # the model's order
         # ties go heaviest roofline first
         self.order = [p.name for p in sorted(layers, key=lambda p: -p.occurrences * p.roofline_s)]

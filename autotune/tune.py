@@ -159,8 +159,8 @@ class TuneSession:
         status = "failed"
         outcomes: dict[str, dict[str, Any]] = {}
         try:
-            planned = getattr(schedule, "shares", {})
-            self.reporter.start_model(spec.name, [(l.name, planned.get(l.name)) for l in tunable], total=opts.trials)
+            planned = [(l.name, 0 if l.name in reused else schedule.planned.get(l.name)) for l in tunable]
+            self.reporter.start_model(spec.name, planned, total=opts.trials)
             if hint:
                 self.reporter.message(f"note: {hint}")
             if opts.model_latency:

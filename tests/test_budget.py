@@ -109,7 +109,7 @@ def test_roofline_schedule_tunes_layers_in_order_to_their_fixed_shares():
     schedule = RooflineSchedule(list(layers.values()), 40, min_trials=4, batch=8)
     given = _run(schedule, layers, _halving)
     assert [name for name, _ in given] == ["a", "a", "b", "b", "b", "b"]
-    assert (layers["a"].trials, layers["b"].trials) == (12, 28) == (schedule.shares["a"], schedule.shares["b"])
+    assert (layers["a"].trials, layers["b"].trials) == (12, 28) == (schedule.planned["a"], schedule.planned["b"])
 
 
 def test_unknown_split_is_refused():
