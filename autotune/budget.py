@@ -113,18 +113,22 @@ class LayerProgress:
         ends = [*self.starts[1:], self.trials]
         return [(start, end) for start, end in zip(self.starts, ends) if end > start]
 
+    def chunk_gains(self) -> list[float | None]:
+        """The fraction of its time each chunk took off: the first one of the default's,
+        each later one of the best before it (None where either is unknown)."""
+        gains: list[float | None] = []
+        for k, (start, end) in enumerate(self.chunks()):
+            before = self.default_s if k == 0 else self.curve[start - 1]
+            after = self.curve[end - 1]
+            gains.append(max(0.0, 1.0 - after / before) if before and after is not None else None)
+        return gains
+
     def last_gain(self) -> float | None:
         """The fraction of its time the layer's last chunk took off, if it had one after
         its first (the first one's drop from the default schedule says nothing of later
         chunks: on a CPU it is 10-50x)."""
-        chunks = self.chunks()
-        if len(chunks) < 2:
-            return None
-        start, end = chunks[-1]
-        before, after = self.curve[start - 1], self.curve[end - 1]
-        if before is None or after is None:
-            return None
-        return max(0.0, 1.0 - after / before)
+        gains = self.chunk_gains()
+        return gains[-1] if len(gains) >= 2 else None
 
 
 class Schedule(Protocol):
@@ -200,13 +204,9 @@ class AdaptiveSchedule:
         first: dict[str, list[float]] = {}
         later: list[float] = []
         for p in layers.values():
-            for k, (start, end) in enumerate(p.chunks()):
-                before = p.default_s if k == 0 else p.curve[start - 1]
-                after = p.curve[end - 1]
-                if not before or after is None:
-                    continue
-                gain = max(0.0, 1.0 - after / before)
-                (first.setdefault(p.op_class, []) if k == 0 else later).append(gain)
+            for k, gain in enumerate(p.chunk_gains()):
+                if gain is not None:
+                    (first.setdefault(p.op_class, []) if k == 0 else later).append(gain)
 
         def blend(seen: list[float], prior: float, weight: float) -> float:
             return (prior * weight + sum(seen)) / (weight + len(seen))

@@ -314,7 +314,7 @@ class TuneSession:
         m, decision = self._match(layer, space)
         out = self._layer_outcome(layer, m, decision)
         self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
-        out["default_latency"] = progress.default_s if progress.default_s is not None else self.default_latency(layer)
+        out["default_latency"] = progress.default_s  # timed for every pending layer before tuning
         self.tracker.open_layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
         priors = priors_from_match(self.store, m)
         tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
