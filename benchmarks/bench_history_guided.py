@@ -523,9 +523,11 @@ def as_dispatched(row: dict) -> dict | None:
 
     tuners = row["tuners"]
     pick = choose(row["match_score"], exact=False).tuner
-    if "xgb" not in tuners or pick == "xgb" or pick not in tuners:
+    # the run may name it with options (gga:pop_size=16): dispatch picks the tuner, not them
+    runs = [t for t in tuners if t.partition(":")[0] == pick]
+    if "xgb" not in tuners or pick == "xgb" or len(runs) != 1:
         return None
-    return {**row, "dispatched": pick, "tuners": {"xgb": tuners["xgb"], "autotune": tuners[pick]}}
+    return {**row, "dispatched": runs[0], "tuners": {"xgb": tuners["xgb"], "autotune": tuners[runs[0]]}}
 
 
 def dispatched_comparison(rows: list[dict], trials: int) -> dict | None:

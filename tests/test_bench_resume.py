@@ -194,6 +194,11 @@ def test_each_layer_is_also_compared_as_autotune_would_dispatch_it():
     assert set(as_dispatched(high)["tuners"]) == {"xgb", "autotune"}
     assert as_dispatched({**low, "match_score": 0.0}) is None  # dispatch would give cold XGBoost itself
     assert as_dispatched({**high, "tuners": {"xgb": tuners["xgb"], "tl_xgb": tuners["tl_xgb"]}}) is None
+    # a run that names the tuner with options (as the GPU runs do) is still the one dispatched
+    with_options = {**high, "tuners": {"xgb": tuners["xgb"], "gga:pop_size=16": tuners["gga"]}}
+    assert as_dispatched(with_options)["dispatched"] == "gga:pop_size=16"
+    two_variants = {**high, "tuners": {**with_options["tuners"], "gga:pop_size=8": tuners["gga"]}}
+    assert as_dispatched(two_variants) is None  # which one autotune would run is not known
     table = markdown_table({"trials": 10, "layers": [high, low]})
     assert "| m:hi (0.90) | gga | 10 / 2 (5.0x) |" in table
     assert "| m:lo (0.50) | tl_xgb | 10 / 5 (2.0x) |" in table

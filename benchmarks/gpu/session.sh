@@ -8,6 +8,8 @@
 # here model for model (the kit otherwise takes the newest, and 3.4.1 against 3.2.0 made
 # the XGBoost tuners' replays diverge):
 #   DEVKIT_EXTRA="xgboost-cpu==$(python -c 'import xgboost; print(xgboost.__version__)')" bash ../shared/device-kit/prepare.sh
+# The tracked tree (~46 MB, mostly llvm results) and a kit half do not fit one call's
+# 64 MiB: run `bash benchmarks/gpu/travel.sh slim` before the calls and `... restore` after.
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
@@ -21,14 +23,14 @@
 # H100 history of 2026-11-22 (12 ResNet-50 layers at 64 trials, one at 32, 10 at one):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
-# and, to resume the second session's comparison (its 1,711 H100 measurements answer
-# first: the layers it finished cost no new measurement as far as the seeded tuners
-# propose the same configs again), also
+# and, to go on from the earlier sessions' comparisons (5,064 H100 measurements, all six
+# layers at 32 trials on 2026-11-24: they answer first, so the first 32 trials of a longer
+# run cost no new measurement as far as the tuners propose the same configs again), also
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
-# (autotune/device_code.py). To show that it loads with no compiler, build one there, carry
-# it, and name it; load_check then runs it with the compile callback refused:
+# (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
+# refused on 2026-11-24. To check again, build one there, carry it, and name it:
 #   autotune compile mobilenetv2 --size 64 --target cuda:sm_90 -o xb/mobilenetv2_sm90.so
 #   CARRIED_SO=xb/mobilenetv2_sm90.so bash benchmarks/gpu/session.sh check
 set -u
