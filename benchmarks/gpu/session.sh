@@ -15,6 +15,7 @@
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
 #   bash benchmarks/gpu/session.sh ceiling   # what history alone offers its layers (--k 128)
 #   bash benchmarks/gpu/session.sh bnfold    # batch norm folded vs separate, each tuned (MODELS, SEEDS)
+#   bash benchmarks/gpu/session.sh rpc       # tune --rpc against a server that cannot compile CUDA
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
 # history DB and the measurement file persist on the warm machine, so the next call
@@ -104,6 +105,18 @@ bnfold)
   step bnfold "${LIMIT:-560}" $py benchmarks/bench_batch_norm_fold.py --target cuda --schedules tuned --layerings weights \
     --models "${MODELS:-resnet18}" --size "${SIZE:-224}" --trials "${TRIALS:-64}" --seeds "${SEEDS:-0}" --out "$R/batch_norm_fold_cuda.json" "$@"
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold)"; exit 2 ;;
+rpc)
+  # tune --rpc against a server whose TVM refuses to compile CUDA (a box with the driver
+  # alone): it works only if every module uploaded carries a device binary. The forking
+  # server failed on the H100 (cudaErrorInitializationError, 2026-11-24): spawn by default
+  # (NO_FORK= to try fork again). The image lacked tornado, which TVM's tracker needs: stage it.
+  $py benchmarks/gpu/rpc_no_compiler.py 9290 gpu ${NO_FORK---no-fork} >"$R/rpc_server.out" 2>&1 &
+  for _ in $(seq 120); do grep -q ready "$R/rpc_server.out" && break; sleep 0.5; done
+  step rpc_tune "${LIMIT:-300}" $py -m autotune tune "${MODEL:-resnet18}" --size "${SIZE:-32}" --trials "${TRIALS:-8}" \
+    --rpc 127.0.0.1:9290:gpu --target "${TARGET:-cuda}" --no-mlflow --json --quiet --out "$R/rpc_tuned.so"
+  echo "server: $(grep -c load_module "$R/rpc_server.out") modules loaded, $(cat "$R"/rpc_server.out "$R"/rpc_tune.err | grep -c 'Invalid TVM_CUDA_COMPILE_MODE') compiles refused" | tee -a "$R/steps.txt"
+  pkill -f rpc_no_compiler.py; pkill -f tvm.exec.popen_worker
+  ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc)"; exit 2 ;;
 esac
 pack
