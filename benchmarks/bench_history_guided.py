@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -296,7 +297,7 @@ class ReplayMeasurer:
 
 
 def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str], tuner_name: str = "random",
-                  batch: int = 8) -> int:
+                  batch: int = 8) -> Counter:
     """Records for the source models' layers, as the transfer evidence.
 
     ``random`` gives an unbiased sample per layer; ``xgb`` tunes each source layer (cold
@@ -306,13 +307,16 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
     Resumable: a layer that already holds ``per_layer`` records is skipped, and one cut
     short goes on from its records (told to the tuner first), so a history too big for
     one call of the lent GPU is finished by the next.
+
+    Returns the source layers' records counted by the tuner that made them, as the
+    records say: an imported or reused history need not be ``tuner_name``'s.
     """
     from search import make_tuner
     from search.tuner import TrialResult
     from templates.meta_schedule_space import MetaScheduleSpace
 
     store.register_target(target.history_info())
-    n = 0
+    made_by: Counter = Counter()
     seen = set()
     runs = []
     for model in models:
@@ -322,7 +326,7 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
             seen.add(layer.workload_key)
             store.register_workload(layer.workload_info())
             have = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key) if r.status != "invalid"]
-            n += len(have)
+            made_by.update(r.tuner or "unknown" for r in have)
             if len(have) >= per_layer:
                 continue
             space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
@@ -338,10 +342,11 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
 
             runs.append(Run(tuner, layer.workload_key, space, per_layer - len(have), write))
     if runs:
-        log(f"history: {len(runs)} of {len(seen)} layers to complete, side by side ({n} records so far)")
+        log(f"history: {len(runs)} of {len(seen)} layers to complete, side by side ({made_by.total()} records so far)")
         lockstep(runs, cm, batch, lambda rnd, active: log(
             f"history: round {rnd}, {len(active)} layers unfinished, {cm.measured} measured; {cm.cost_summary()}"))
-    return n + sum(run.done for run in runs)
+    made_by[tuner_name] += sum(run.done for run in runs)
+    return +made_by  # without zero counts
 
 
 @dataclasses.dataclass
@@ -736,8 +741,9 @@ def main() -> int:
     store = open_history(db)
     # An earlier run's history is the same evidence: only what it lacks is measured.
     # A replay never adds to history: it only counts what the recorded run had.
-    n_hist = build_history(store, target, cm, args.source.split(","), args.size, 0 if args.replay else args.history_trials,
-                           seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
+    made_by = build_history(store, target, cm, args.source.split(","), args.size, 0 if args.replay else args.history_trials,
+                            seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
+    n_hist = made_by.total()
     t_hist = time.perf_counter() - t_start
     log(f"history: {n_hist} records in {t_hist:.0f} s ({cm.cost_summary()})")
 
@@ -762,7 +768,8 @@ def main() -> int:
         return {
             "benchmark": "trials to within 5% of best known latency (median over seeds)",
             "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,
-            "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "seconds": round(t_hist, 1)},
+            "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "made_by": dict(made_by),
+                        "seconds": round(t_hist, 1)},
             "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
             **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked, "nearest": cm.nearest}} if args.replay else {}),
             "layers": rows, "summary": summary,
