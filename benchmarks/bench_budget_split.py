@@ -2,7 +2,9 @@
 chunk, from what was measured) or by roofline time, fixed up front.
 
 Per model and seed, one real ``autotune tune`` per split (``TuneSession``, same budget and
-seed, each into a fresh history), then both tuned models built from their histories and
+seed, each into a fresh history; the split tuned first alternates from seed to seed,
+since the first tune of a pair also warms this process for the second, and each tune's
+wall time is reported), then both tuned models built from their histories and
 timed in turns in this process (TVM's ``time_evaluator``, 5 repeats of at least 100 ms),
 their outputs compared. Also reported: each tune's *model time as tuned*, the sum over
 tunable layers of calls x best latency (default latency for a layer left untried), which
@@ -46,9 +48,10 @@ def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
     from autotune.tune import TuneOptions, TuneSession
     from history import open_history
 
-    mods, row, spec = {}, {"model": model, "seed": seed}, None
+    order = SPLITS if seed % 2 == 0 else SPLITS[::-1]
+    mods, row, spec = {}, {"model": model, "seed": seed, "order": list(order)}, None
     with tempfile.TemporaryDirectory(prefix="autotune-split-") as tmp:
-        for split in SPLITS:
+        for split in order:
             store = open_history(os.path.join(tmp, f"{split}.db"))
             session = TuneSession(target, store, TuneOptions(trials=trials, seed=seed, model_latency=False, budget_split=split))
             try:
@@ -62,7 +65,7 @@ def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
             finally:
                 session.close()
                 store.close()
-        row.update(time_in_turns(mods, target, next(iter(spec.input_shapes.values()))))
+        row.update(time_in_turns({s: mods[s] for s in SPLITS}, target, next(iter(spec.input_shapes.values()))))
     return row
 
 
@@ -95,6 +98,7 @@ def main() -> int:
             **{f"{s}_tuned_ms_median": statistics.median(r[f"{s}_tuned_ms"] for r in mine) for s in SPLITS},
             "roofline_over_adaptive_per_seed": [round(r["roofline_ms"] / r["adaptive_ms"], 3) for r in mine],
             "roofline_over_adaptive_tuned_per_seed": [round(r["roofline_tuned_ms"] / r["adaptive_tuned_ms"], 3) for r in mine],
+            "adaptive_over_roofline_tune_s_per_seed": [round(r["adaptive_tune_s"] / r["roofline_tune_s"], 3) for r in mine],
         }
     emit({"bench": "budget_split", "target": target.key, "size": args.size, "trials": args.trials, "seeds": seeds,
           "runs": rows, "summary": summary}, args.out)
