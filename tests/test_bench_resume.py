@@ -26,10 +26,12 @@ from bench_history_guided import (  # noqa: E402
     ReplayMeasurer,
     Run,
     as_dispatched,
+    build_history,
     dispatched_comparison,
     final_latency_test,
     final_latency_verdict,
     layer_at,
+    layers_of,
     lockstep,
     make_run_tuner,
     markdown_table,
@@ -258,3 +260,24 @@ def test_a_bad_layer_spec_ends_the_benchmark_with_one_line(spec, says):
         layer_at(spec, 56)
     message = str(err.value)
     assert message.startswith("error: ") and says in message and "\n" not in message
+
+
+def test_the_result_says_which_tuners_made_the_history(tmp_path):
+    """A reused or imported history need not be what --history-tuner names (the H100 runs
+    imported a cold-XGBoost history while the argument said random): the count comes from
+    the records themselves, source layers only."""
+    from history import open_history
+
+    target = resolve_target("llvm")
+    store = open_history(str(tmp_path / "history.db"))
+    store.register_target(target.history_info())
+    first, second, target_layer = layers_of("resnet18", 32)[:3]
+    for layer, tuner, n in ((first, "xgb", 2), (second, "random", 1), (target_layer, "xgb", 5)):
+        store.register_workload(layer.workload_info())
+        for i in range(n):
+            store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id="s", config={"k": i},
+                             samples=[1e-3], status="ok", tuner=tuner)
+    made_by = build_history(store, target, None, ["resnet18"], 32, 0, seed=0, exclude={target_layer.workload_key},
+                            tuner_name="random")
+    assert made_by == {"xgb": 2, "random": 1}  # the excluded target layer's records are no history
+    store.close()
