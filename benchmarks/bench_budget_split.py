@@ -33,13 +33,16 @@ from _timing import time_in_turns  # noqa: E402
 SPLITS = ("adaptive", "roofline")
 
 
+def layer_times(report: dict) -> dict[str, float]:
+    """Seconds per inference each tunable layer takes as tuned (calls x best latency, the
+    default's for a layer left untried)."""
+    return {layer["name"]: layer["occurrences"] * (layer.get("best_latency") or layer.get("default_latency") or 0.0)
+            for layer in report["layers"]}
+
+
 def tuned_time(report: dict) -> float:
     """Seconds per inference the tunable layers take as tuned: what the split minimises."""
-    total = 0.0
-    for layer in report["layers"]:
-        latency = layer.get("best_latency") or layer.get("default_latency") or 0.0
-        total += layer["occurrences"] * latency
-    return total
+    return sum(layer_times(report).values())
 
 
 def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
@@ -60,6 +63,7 @@ def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
                 row[f"{split}_tune_s"] = round(time.perf_counter() - t0, 1)
                 row[f"{split}_tuned_ms"] = round(tuned_time(report) * 1e3, 4)
                 row[f"{split}_trials"] = {l["name"]: l["trials"] for l in report["layers"]}
+                row[f"{split}_layer_ms"] = {k: round(v * 1e3, 4) for k, v in layer_times(report).items()}
                 spec, mod = frontend.load_and_fuse(model, size=size)
                 mods[split], _ = compiler.apply_history(mod, session.decomposition, target, store)
             finally:
