@@ -448,10 +448,8 @@ class GuidedGATuner(GATuner):
         """The ranker of history alone (the priors kept before any result), fitted once."""
         if self._ranker is None:
             idx, sims = self._kept_priors(())
-            self._ranker = HistoryRanker(
-                [self.priors[i].config for i in idx],
-                [self.priors[i].layer_features for i in idx],
-                self._prior_perf[idx], sims, self._prior_group[idx],
+            self._ranker = HistoryRanker.for_rows(
+                self.priors, idx, sims, self._prior_perf, self._prior_group,
                 encoder_for(self.space, len(self.layer_features)), self.layer_features, seed=self._seed,
             )
         return self._ranker

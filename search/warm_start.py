@@ -30,7 +30,7 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["HistoryRanker", "history_seed_order"]
+__all__ = ["HistoryRanker", "history_seed_order", "ranked_history_keys"]
 
 
 def history_seed_order(
@@ -143,4 +143,51 @@ class HistoryRanker:
         """Positions of ``candidates``, best first. Ties keep the candidates' order, so
         an uninformative model leaves it as it was."""
         return np.argsort(-self.score(candidates), kind="stable")
+
+    @classmethod
+    def for_rows(
+        cls,
+        priors: Sequence[Any],
+        rows: np.ndarray,
+        similarity: np.ndarray,
+        perf: np.ndarray,
+        groups: np.ndarray,
+        encoder: Any,
+        layer_features: Sequence[float],
+        *,
+        seed: int = 0,
+    ) -> "HistoryRanker":
+        """The ranker of prior records ``priors[rows]`` (:class:`search.tuner.PriorRecord`)
+        at their kept ``similarity``; ``perf`` and ``groups`` index all of ``priors``
+        (:func:`search.tuner.prior_groups`)."""
+        return cls(
+            [priors[i].config for i in rows], [priors[i].layer_features for i in rows],
+            perf[rows], similarity, groups[rows], encoder, layer_features, seed=seed,
+        )
+
+
+def ranked_history_keys(
+    priors: Sequence[Any],
+    mapped: Sequence[Hashable | None],
+    rows: np.ndarray,
+    similarity: np.ndarray,
+    perf: np.ndarray,
+    groups: np.ndarray,
+    encoder: Any,
+    layer_features: Sequence[float],
+    limit: int,
+    *,
+    seed: int = 0,
+) -> list[Hashable]:
+    """History's first ``limit`` configs by turns (:func:`history_seed_order` over the
+    kept rows ``rows`` at ``similarity``), best first as a :class:`HistoryRanker` of the
+    same rows predicts for this layer: the guided GA's first population, in the order it
+    measures it. ``mapped`` indexes all of ``priors`` (each record's config mapped onto
+    this layer's space), as ``perf`` and ``groups`` do."""
+    rows = np.asarray(rows, dtype=np.int64)
+    keys = history_seed_order([mapped[i] for i in rows], groups[rows], perf[rows], similarity, limit)
+    if not keys:
+        return []
+    ranker = HistoryRanker.for_rows(priors, rows, similarity, perf, groups, encoder, layer_features, seed=seed)
+    return [keys[i] for i in ranker.order(np.array(keys, dtype=np.int64))]
 

@@ -42,7 +42,7 @@ from search.features import FeatureEncoder, encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
 from search.source_weights import OWN, SourceRankers
 from search.tuner import PriorRecord, Tuner, prior_groups
-from search.warm_start import history_seed_order
+from search.warm_start import history_seed_order, ranked_history_keys
 from templates.space import Config, KnobSpace, config_to_json
 
 __all__ = ["TransferXGBTuner", "XGBTuner"]
@@ -74,6 +74,8 @@ class XGBTuner(Tuner):
         transfer: str = "margin",
         rank_sources: bool = True,
         rank_own: bool = False,
+        history_share: float = 0.0,
+        history_list: int = 32,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         self.min_train = min_train
@@ -90,6 +92,11 @@ class XGBTuner(Tuner):
         if rank_own and not rank_sources:
             raise ValueError("rank_own competes with the source rankers: it needs rank_sources")
         self.rank_own = rank_own
+        if not 0.0 <= float(history_share) <= 1.0:
+            raise ValueError(f"history_share must be a fraction of the batch in [0, 1], not {history_share!r}")
+        self.history_share = float(history_share)
+        self.history_list = int(history_list)
+        self._history_keys: list[tuple[int, ...]] | None = None
         # How far history's margin counts under margin transfer: 1 minus the share the
         # layer's own model wins against the sources (rank_own), else 1.
         self.prior_scale = 1.0
@@ -297,6 +304,25 @@ class XGBTuner(Tuner):
         ranked = self._seeds_from(p_idx, p_w, limit=n)
         return [self.space.from_indices(idx) for idx in ranked]
 
+    def _ranked_history(self) -> list[tuple[int, ...]]:
+        """History's first ``history_list`` configs, fixed before any result and best
+        first by a ranker of history alone (:func:`search.warm_start.ranked_history_keys`,
+        the guided GA's first population in its measuring order). Judged once: the
+        filter that feeds the model is re-judged as results arrive and may drop the
+        source that holds the config that transfers."""
+        if self._history_keys is None:
+            self._history_keys = []
+            if self.uses_priors and self.priors and self.history_list > 0:
+                kept, idx = filter_priors(
+                    self.priors, self.layer_features, None, self.similarity_threshold,
+                    space=self.space, mapped=self._prior_mapped, return_indices=True,
+                )
+                self._history_keys = ranked_history_keys(
+                    self.priors, self._prior_mapped, idx, kept.weights, self._prior_y, self._prior_group,
+                    self.encoder, self.layer_features, self.history_list, seed=self._seed,
+                )
+        return self._history_keys
+
     # --- search ---------------------------------------------------------------------------
     def _score(self, idx: np.ndarray) -> np.ndarray:
         X = self.encoder.encode_indices(idx, self.layer_features)
@@ -408,6 +434,14 @@ class XGBTuner(Tuner):
             out.append(cfg)
             return True
 
+        if self.history_share > 0 and n_results >= self.min_train:
+            # Once the warm start is over, a share of every model batch: the next of
+            # history's ranked configs, until the list is measured.
+            share = int(round(self.history_share * n_model))
+            for idx in self._ranked_history():
+                if len(out) >= share:
+                    break
+                take(idx)
         if n_results < self.min_train and self._prior_seeds:
             # Transfer warm start: the best history configs, mapped, measured first.
             quota = int(math.ceil(self.prior_seed_frac * n_model))

@@ -711,6 +711,33 @@ def test_history_configs_are_the_warm_start_in_its_order(target, similar_priors)
     assert make_tuner("xgb", target, seed=0).history_configs(6) == []
 
 
+def test_tl_xgb_history_share_measures_the_guided_gas_first_population_in_its_order(target, similar_priors):
+    """With ``history_share``, once the warm start is over, a share of every model batch
+    goes to history's configs as the guided GA's first population ranks them (fixed
+    before any result), next unmeasured first; the rest of the batch is the model's. The
+    warm start's first batch is left as it was."""
+    gga = GuidedGATuner(target, seed=0, priors=similar_priors, layer_features=target.layer_features)
+    ranked = [config_to_json(c) for c in gga.ask(gga.pop_size)]
+    bench = SynthBench(target)
+    opts = dict(seed=0, priors=similar_priors, layer_features=target.layer_features, epsilon=0.0)
+    tuner = make_tuner("tl_xgb", target, history_share=0.25, **opts)
+    plain = make_tuner("tl_xgb", target, **opts)
+    first = tuner.ask(8)
+    assert [config_to_json(c) for c in first] == [config_to_json(c) for c in plain.ask(8)]
+    tuner.tell(bench.measure(first))
+    asked = [config_to_json(c) for c in first]
+    for _ in range(4):
+        cfgs = tuner.ask(8)
+        tuner.tell(bench.measure(cfgs))
+        batch = [config_to_json(c) for c in cfgs]
+        # the batch opens with the next two ranked configs not measured before it
+        assert batch[:2] == [k for k in ranked if k not in asked][:2]
+        asked += batch
+    assert set(ranked[:8]) <= set(asked)
+    with pytest.raises(ValueError, match="history_share"):
+        make_tuner("tl_xgb", target, priors=similar_priors, history_share=1.5)
+
+
 # --------------------------------------------------------------------------------------
 # search quality on the synthetic problem (median trials-to-5% over 5 seeds)
 # --------------------------------------------------------------------------------------
