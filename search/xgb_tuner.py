@@ -23,6 +23,13 @@ transfer; this keeps the history that does. With ``rank_own`` as well (off by de
 it measured worse in run 12) the layer's own model competes with the sources, and
 history's margin counts only by the share the sources win.
 
+Once the warm start is over, a share ``history_share`` (a quarter) of every model batch
+goes to history's first 32 configs, fixed before any result and measured best first as a
+ranker of history alone orders them: the guided GA's first population, in its order. The
+filter that feeds the model is re-judged as results arrive, and on ResNet-18's conv2d3 it
+drops the one source whose config transfers (151.2 us, against 175.5 us where transfer
+XGBoost ended without it; run 29 in ``benchmarks/HISTORY_GUIDED.md``).
+
 A fraction ``epsilon`` of every model batch is random, because a ranker trained on a
 narrow region is confidently wrong elsewhere and only exploration can show it. Picking
 the model's batch for knob-value coverage instead (AutoTVM's diversity filter, run 28 in
@@ -74,7 +81,7 @@ class XGBTuner(Tuner):
         transfer: str = "margin",
         rank_sources: bool = True,
         rank_own: bool = False,
-        history_share: float = 0.0,
+        history_share: float = 0.25,
         history_list: int = 32,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)

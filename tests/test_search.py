@@ -712,7 +712,7 @@ def test_history_configs_are_the_warm_start_in_its_order(target, similar_priors)
 
 
 def test_tl_xgb_history_share_measures_the_guided_gas_first_population_in_its_order(target, similar_priors):
-    """With ``history_share``, once the warm start is over, a share of every model batch
+    """With ``history_share`` (a quarter by default), once the warm start is over, a share of every model batch
     goes to history's configs as the guided GA's first population ranks them (fixed
     before any result), next unmeasured first; the rest of the batch is the model's. The
     warm start's first batch is left as it was."""
@@ -720,8 +720,8 @@ def test_tl_xgb_history_share_measures_the_guided_gas_first_population_in_its_or
     ranked = [config_to_json(c) for c in gga.ask(gga.pop_size)]
     bench = SynthBench(target)
     opts = dict(seed=0, priors=similar_priors, layer_features=target.layer_features, epsilon=0.0)
-    tuner = make_tuner("tl_xgb", target, history_share=0.25, **opts)
-    plain = make_tuner("tl_xgb", target, **opts)
+    tuner = make_tuner("tl_xgb", target, **opts)  # history_share=0.25 by default
+    plain = make_tuner("tl_xgb", target, history_share=0.0, **opts)
     first = tuner.ask(8)
     assert [config_to_json(c) for c in first] == [config_to_json(c) for c in plain.ask(8)]
     tuner.tell(bench.measure(first))
