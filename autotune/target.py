@@ -92,7 +92,13 @@ def resolve_target(name: str | None = "auto") -> TargetSpec:
             raise AutotuneError(f"--target kind must be 'cuda' or 'llvm', not {kind!r}")
         base = _cuda(config.get("arch")) if kind == "cuda" else _llvm()
         merged = {**base.config, **config}
-        return TargetSpec(kind, merged, str(merged.get("arch", base.arch)), base.device_name, base.has_device)
+        # History files a CPU target under the CPU it compiles for (``mcpu``), as it
+        # files the host's; a CUDA target under its ``arch``.
+        arch = str((merged.get("arch") if kind == "cuda" else merged.get("mcpu")) or base.arch)
+        # Code for another CPU may run here, but its timings would be this CPU's, filed
+        # under the other's name: measure only for the host's own CPU.
+        measurable = base.has_device and (kind == "cuda" or arch == base.arch)
+        return TargetSpec(kind, merged, arch, base.device_name, measurable)
     raise AutotuneError(f"unknown target {name!r}: use auto, llvm, cuda, cuda:sm_XX or a JSON dict")
 
 

@@ -55,7 +55,7 @@ def ensure_measurable(target: TargetSpec, rpc: str | None) -> None:
         check_rpc(rpc)
     if not (target.has_device or rpc):
         raise AutotuneError(
-            f"cannot measure on {target.kind}: no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
+            f"cannot measure on {target.kind} ({target.arch}): no such device here (use --target llvm, or --rpc HOST:PORT:KEY)"
         )
 
 

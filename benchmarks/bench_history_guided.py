@@ -724,7 +724,8 @@ def main() -> int:
             raise SystemExit(f"--replay-target must be one of the file's targets: {', '.join(keys) or 'none found'}")
         kind, arch, device = replay_key.split(":", 2)
         if (kind, arch) != (target.kind, target.arch):
-            raise SystemExit(f"--target {target.kind}:{target.arch} does not build the spaces of {replay_key}")
+            same = f"'{{\"kind\": \"llvm\", \"mcpu\": \"{arch}\"}}'" if kind == "llvm" else f"{kind}:{arch}"
+            raise SystemExit(f"--target {target.kind}:{target.arch} does not build the spaces of {replay_key}: use --target {same}")
         # History is filed under the recorded device: the replay must match against it
         # exactly as the recorded run did (another device's records count less).
         target = dataclasses.replace(target, device_name=device)

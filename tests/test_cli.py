@@ -154,6 +154,16 @@ def test_tune_cuda_without_gpu(capsys, env):
     assert "cannot measure on cuda" in line and "--target llvm" in line
 
 
+def test_tune_for_another_cpu_refuses_to_measure(capsys, env):
+    """Timings taken here would be filed under the other CPU's name."""
+    from autotune.target import resolve_target
+
+    other = "skylake" if resolve_target("llvm").arch != "skylake" else "znver3"
+    line = _user_error(capsys, _tune("--target", json.dumps({"kind": "llvm", "mcpu": other}), "--trials", "4"))
+    assert f"cannot measure on llvm ({other})" in line
+    assert not (env / "tune.db").exists()
+
+
 def test_history_url_unreachable(capsys):
     _user_error(capsys, ["history", "ls", "--history", "postgresql://u@127.0.0.1:1/x"],
                 contains=("postgresql://u@127.0.0.1:1/x",))
