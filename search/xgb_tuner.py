@@ -34,7 +34,9 @@ A fraction ``epsilon`` of every model batch is random, because a ranker trained 
 narrow region is confidently wrong elsewhere and only exploration can show it. Picking
 the model's batch for knob-value coverage instead (AutoTVM's diversity filter, run 28 in
 ``benchmarks/HISTORY_GUIDED.md``) moved no layer's finals by a rank test, helped on one
-layer and leaned higher on four: not kept.
+layer and leaned higher on four: not kept. Nor a share of each batch from the model's
+best children of the layer's best measured configs, the locality the guided GA's
+screening has (run 30, a replay screen: conv2d7 no sooner, MobileNetV2 later).
 """
 
 from __future__ import annotations
