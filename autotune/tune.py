@@ -538,13 +538,19 @@ def _alive(pid: int) -> bool:
 
 
 def priors_from_match(store, m, *, per_workload: int = 2000) -> list:
-    """The measured configs of a layer's history neighbours, as transfer evidence."""
+    """The measured configs of a layer's history neighbours, as transfer evidence.
+
+    Latencies compare only within one layer on one target, so a neighbour measured on
+    other hardware is its own group (its key names the target too), and its records
+    carry the match's weight for other hardware."""
     from search.tuner import PriorRecord
 
     priors = []
     for nb in m.neighbours:
+        group = nb.workload.key if nb.same_target else f"{nb.workload.key}@{nb.target_key}"
         for rec in store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=per_workload):
-            priors.append(PriorRecord(rec.config, rec.latency_median, nb.similarity, tuple(nb.workload.features), nb.workload.key, rec.status))
+            priors.append(PriorRecord(rec.config, rec.latency_median, nb.similarity, tuple(nb.workload.features), group,
+                                      rec.status, nb.target_weight))
     return priors
 
 

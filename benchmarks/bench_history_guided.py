@@ -403,14 +403,15 @@ def lockstep(runs: list[Run], cm, batch: int, on_round: Callable[[int, list[Run]
             on_round(rnd, active)
 
 
-def priors_for(store, layer, target, exclude: set[str]):
+def priors_for(store, layer, target, exclude: set[str], other_target_discount: float | None = None):
     """Match score and transfer evidence exactly as ``autotune tune`` computes them,
     with the experiment's target layers kept out: a reused or imported history may hold
     one (ResNet-50 has ResNet-18's 3x3 64->64 conv), which would be an exact hit."""
     from autotune.tune import priors_from_match
     from history.match import match
 
-    m = match(store, layer.workload_info(), target.key, exclude=exclude)
+    extra = {} if other_target_discount is None else {"other_target_discount": other_target_discount}
+    m = match(store, layer.workload_info(), target.key, exclude=exclude, **extra)
     return m.score, priors_from_match(store, m)
 
 
@@ -680,6 +681,9 @@ def main() -> int:
                         help="MODEL:INDEX of tunable conv/dense layers (index into that model's list)")
     parser.add_argument("--exclude", help="MODEL:INDEX layers kept out of history and matching besides --targets "
                         "(an earlier run's other targets, so a run on fewer targets reuses its history as it was)")
+    parser.add_argument("--other-target-discount", type=float, metavar="F",
+                        help="scale the similarity of history measured on another target by F "
+                             "(default: history.match.OTHER_TARGET_DISCOUNT, as autotune tune does)")
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=5)
@@ -770,7 +774,8 @@ def main() -> int:
             "benchmark": "trials to within 5% of best known latency (median over seeds)",
             "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,
             "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "made_by": dict(made_by),
-                        "seconds": round(t_hist, 1)},
+                        "seconds": round(t_hist, 1),
+                        **({"other_target_discount": args.other_target_discount} if args.other_target_discount is not None else {})},
             "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
             **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked, "nearest": cm.nearest}} if args.replay else {}),
             "layers": rows, "summary": summary,
@@ -778,7 +783,7 @@ def main() -> int:
 
     for model, layer in targets:
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-        score, priors = priors_for(store, layer, target, exclude)
+        score, priors = priors_for(store, layer, target, exclude, args.other_target_discount)
         runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)
                 for t in tuners for seed in range(args.seeds)}
         # Every tuner and seed of the layer side by side: one build batch per round.

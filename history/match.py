@@ -29,8 +29,11 @@ OTHER_TARGET_DISCOUNT = 0.5
 class Neighbour:
     workload: WorkloadInfo
     target_key: str
-    similarity: float
+    similarity: float  # to the tuned layer, times target_weight
     best_latency: float | None
+    #: how much its records count against the tuned target's own: 1 on the same target
+    target_weight: float = 1.0
+    same_target: bool = True
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ def match(
     max_neighbours: int = 8,
     space_id: str | None = None,
     exclude: Collection[str] = (),
+    other_target_discount: float = OTHER_TARGET_DISCOUNT,
 ) -> MatchResult:
     """Score ``workload`` against everything history holds for its op class.
 
@@ -105,6 +109,8 @@ def match(
     record or a config from an older version of the space cannot be reused as is.
     Workload keys in ``exclude`` are treated as absent from history (an experiment's
     target layers, which history from other layers must not contain).
+    ``other_target_discount`` scales the similarity of another target's records (an
+    experiment's knob: how much history from other hardware should count).
     """
     best = None if workload.key in exclude else exact_hit(store, workload.key, target_key, space_id=space_id)
     if best is not None:
@@ -123,9 +129,9 @@ def match(
             sim = SAME_LAYER_OTHER_BATCH
         else:
             sim = similarity(workload.features, other.features, weights)
-        if row["target_key"] != target_key:
-            sim *= OTHER_TARGET_DISCOUNT
-        neighbours.append(Neighbour(other, row["target_key"], sim, row["best_latency"]))
+        same = row["target_key"] == target_key
+        weight = 1.0 if same else other_target_discount
+        neighbours.append(Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same))
     neighbours.sort(key=lambda n: -n.similarity)
     neighbours = neighbours[:max_neighbours]
     score = neighbours[0].similarity if neighbours else 0.0

@@ -115,7 +115,8 @@ def contradicting_workloads(
 
 
 class FilteredPriors(NamedTuple):
-    """Kept records and one sample weight (their similarity) per kept record."""
+    """Kept records and one sample weight per kept record: its similarity, less for
+    other hardware."""
 
     records: list[PriorRecord]
     weights: np.ndarray
@@ -146,6 +147,12 @@ def filter_priors(
     found by :func:`contradicting_workloads` are dropped too. Similarity is computed once
     per distinct (workload, features), so 100k records cost little.
 
+    Records measured on other hardware (``target_weight`` below 1) are kept or dropped
+    by similarity alone, as the tuned target's are, and then weigh less by that factor
+    relative to the heaviest kept record: mixed with the target's own history they count
+    less, and a history all from one other machine is weighted as it would be from this
+    one, there being nothing closer to prefer.
+
     With ``return_indices`` also returns the positions of kept records in ``priors``.
     """
     lf = list(layer_features)
@@ -167,6 +174,11 @@ def filter_priors(
         )
         if bad:
             keep &= np.array([rec.workload_key not in bad for rec in priors], dtype=bool)
+    target_weight = np.array([rec.target_weight for rec in priors], dtype=float)
+    keep &= target_weight > 0
     idx = np.flatnonzero(keep)
-    result = FilteredPriors([priors[i] for i in idx], sims[idx])
+    weights = sims[idx]
+    if len(idx):
+        weights = weights * (target_weight[idx] / target_weight[idx].max())
+    result = FilteredPriors([priors[i] for i in idx], weights)
     return (result, idx) if return_indices else result

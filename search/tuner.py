@@ -39,7 +39,10 @@ class PriorRecord:
 
     ``similarity`` in [0, 1] is the match score of its layer to the one being tuned;
     ``layer_features`` describe its layer (shape dims, FLOPs...), same order as the
-    tuned layer's features.
+    tuned layer's features. ``target_weight`` is how much it counts for having been
+    measured on other hardware (1 on the tuned target; see
+    :func:`search.similarity.filter_priors`), and ``workload_key`` names the group its
+    latencies compare within: one layer on one target.
     """
 
     config: Config
@@ -48,6 +51,7 @@ class PriorRecord:
     layer_features: Sequence[float] = ()
     workload_key: str = ""
     status: str = OK
+    target_weight: float = 1.0
 
 
 def prior_groups(priors: Sequence[PriorRecord]) -> tuple[np.ndarray, list[str], np.ndarray]:

@@ -79,6 +79,25 @@ def test_other_target_is_discounted_and_never_exact(store):
     assert m.score == pytest.approx(OTHER_TARGET_DISCOUNT)
 
 
+def test_priors_from_other_hardware_are_their_own_group_and_count_less(store):
+    """A source layer measured on two targets: its latencies compare only within one
+    target, so each target's records form a group, and the other target's carry the
+    discount into the tuners' weights (search.similarity.filter_priors)."""
+    from autotune.tune import priors_from_match
+
+    w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
+    store.register_workload(w)
+    store.register_workload(near)
+    _ok(store, "n", CPU, 1e-3)
+    _ok(store, "n", GPU, 1e-5)
+    m = match(store, w, CPU.key)
+    assert [(nb.target_key, nb.same_target) for nb in m.neighbours] == [(CPU.key, True), (GPU.key, False)]
+    priors = priors_from_match(store, m)
+    assert sorted((p.workload_key, p.target_weight) for p in priors) == [
+        ("n", 1.0), (f"n@{GPU.key}", OTHER_TARGET_DISCOUNT)]
+    assert m.neighbours[1].similarity == pytest.approx(OTHER_TARGET_DISCOUNT * m.neighbours[0].similarity)
+
+
 def test_same_layer_other_batch_counts_as_near_exact(store):
     a, b = _wl("a", "inv", [0.0, 5.0]), _wl("b", "inv", [1.0, 5.0])
     store.register_workload(a)

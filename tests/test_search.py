@@ -9,6 +9,8 @@ them within 5% of the optimum), latencies from a deterministic model with struct
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import random
@@ -421,6 +423,27 @@ def test_filter_priors_drops_dissimilar_and_contradicting(target):
     # fewer than 3 shared points: no verdict yet
     kept, _ = filter_priors(priors, lf, None, 0.5, measured=measured[:2], space=target)
     assert "inverted" in {r.workload_key for r in kept}
+
+
+def test_filter_priors_weighs_other_hardware_less_than_the_targets_own(target):
+    """Records from other hardware are filtered by similarity like the target's own, and
+    weigh less by their ``target_weight``, relative to the heaviest kept record."""
+    lf = target.layer_features
+    own = history_of(target, "own", seed=5, n_random=20)
+    other = [dataclasses.replace(r, workload_key="own@other-cpu", target_weight=0.5) for r in own]
+    kept, w = filter_priors(own + other, lf, None, 0.5)
+    by_key = {k: w[[r.workload_key == k for r in kept]] for k in ("own", "own@other-cpu")}
+    assert len(by_key["own"]) == len(by_key["own@other-cpu"]) == len(own)
+    np.testing.assert_allclose(by_key["own@other-cpu"], 0.5 * by_key["own"])
+    # All from one other machine: weighted as the target's own would be.
+    alone, w_alone = filter_priors(other, lf, None, 0.5)
+    _, w_own = filter_priors(own, lf, None, 0.5)
+    assert len(alone) == len(other)
+    np.testing.assert_allclose(w_alone, w_own)
+    # Weight 0: other hardware does not count at all.
+    zero = [dataclasses.replace(r, target_weight=0.0) for r in other]
+    kept, _ = filter_priors(own + zero, lf, None, 0.5)
+    assert {r.workload_key for r in kept} == {"own"}
 
 
 def test_contradiction_needs_significance(target):
