@@ -7,7 +7,10 @@
 # Stage the kit with this machine's XGBoost, so that the GPU's measurement files replay
 # here model for model (the kit otherwise takes the newest, and 3.4.1 against 3.2.0 made
 # the XGBoost tuners' replays diverge):
-#   DEVKIT_EXTRA="xgboost-cpu==$(python -c 'import xgboost; print(xgboost.__version__)')" bash ../shared/device-kit/prepare.sh
+#   DEVKIT_EXTRA="xgboost-cpu==3.2.0 deap==1.4.4 moocore==0.3.2 cffi==2.1.1 pycparser==3.12 platformdirs==4.14.8 tornado==6.6.1 sqlalchemy==2.1.9" \
+#     bash ../shared/device-kit/prepare.sh
+# (this machine's versions, as staged on 2026-11-24; DEAP imports moocore, which with its
+# needs the GPU image lacks, and the image lacks tornado, which TVM's RPC tracker needs).
 # The tracked tree (~46 MB, mostly llvm results) and a kit half do not fit one call's
 # 64 MiB: run `bash benchmarks/gpu/travel.sh slim` before the calls and `... restore` after.
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
@@ -24,10 +27,17 @@
 # H100 history of 2026-11-22 (12 ResNet-50 layers at 64 trials, one at 32, 10 at one):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
-# and, to go on from the earlier sessions' comparisons (5,064 H100 measurements, all six
-# layers at 32 trials on 2026-11-24: they answer first, so the first 32 trials of a longer
-# run cost no new measurement as far as the tuners propose the same configs again), also
+# and, to go on from the earlier sessions' comparisons (10,213 H100 measurements: all six
+# layers at 32 trials, and the first conv, conv2d7 and MobileNetV2's conv2d5 at 100; they
+# answer first, so only configs never measured cost device time), also
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
+# The 100-trial run still to finish (conv2d3 was cut in its sixth round; conv2d4, conv2d1
+# not started) is, with the two variables above and LIMIT= per call:
+#   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
+#     --targets resnet18:0,resnet18:7,mobilenetv2:5,resnet18:3,resnet18:4,resnet18:1 \
+#     --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
+# Keep --targets as it is (reordered at most): target layers are kept out of history, and
+# a different set changes the history, hence the guided tuners' curves.
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
