@@ -740,8 +740,10 @@ def main() -> int:
         if cm.loaded:
             log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
     targets = [(spec.partition(":")[0], layer_at(spec, args.size)) for spec in args.targets.split(",")]
-    exclude = {layer.workload_key for _, layer in targets}
-    exclude |= {layer_at(spec, args.size).workload_key for spec in filter(None, (args.exclude or "").split(","))}
+    # Kept out of history and matching: recorded with the result, since a replay that keeps
+    # out other layers draws on another history and gives other guided curves.
+    kept_out = [*args.targets.split(","), *filter(None, (args.exclude or "").split(","))]
+    exclude = {layer_at(spec, args.size).workload_key for spec in kept_out}
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
     store = open_history(db)
     # An earlier run's history is the same evidence: only what it lacks is measured.
@@ -750,7 +752,7 @@ def main() -> int:
                             seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
     n_hist = made_by.total()
     t_hist = time.perf_counter() - t_start
-    log(f"history: {n_hist} records in {t_hist:.0f} s ({cm.cost_summary()})")
+    log(f"history: {n_hist} records in {t_hist:.0f} s, {', '.join(kept_out)} kept out ({cm.cost_summary()})")
 
     tuners = args.tuners.split(",")
     per_layer = []
@@ -774,11 +776,12 @@ def main() -> int:
             "benchmark": "trials to within 5% of best known latency (median over seeds)",
             "target": target.key, "size": args.size, "seeds": args.seeds, "trials": args.trials, "batch": args.batch,
             "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "made_by": dict(made_by),
-                        "seconds": round(t_hist, 1),
+                        "seconds": round(t_hist, 1), "kept_out": kept_out,
                         **({"other_target_discount": args.other_target_discount} if args.other_target_discount is not None else {})},
             "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
             **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked, "nearest": cm.nearest}} if args.replay else {}),
             "layers": rows, "summary": summary,
+            "arguments": {k: v for k, v in vars(args).items() if v is not None},
         }
 
     for model, layer in targets:

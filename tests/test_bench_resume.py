@@ -281,3 +281,32 @@ def test_the_result_says_which_tuners_made_the_history(tmp_path):
                             tuner_name="random")
     assert made_by == {"xgb": 2, "random": 1}  # the excluded target layer's records are no history
     store.close()
+
+
+def test_the_result_records_what_was_kept_out_of_history(tmp_path, monkeypatch):
+    """A replay that keeps out other layers than its run draws on another history (the
+    H100's 100-trial replay without the run's --exclude gave other guided curves): the
+    result file must say what its run kept out, and with which arguments it ran."""
+    import bench_history_guided
+    from history import open_history
+
+    target = resolve_target("llvm")
+    layer = layer_at("resnet18:0", 32)
+    space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+    rng = np.random.default_rng(0)
+    replay = tmp_path / "measurements.jsonl"
+    replay.write_text("".join(
+        json.dumps({"target": target.key, "layer": layer.workload_key, "config": config_to_json(space.random_config(rng)),
+                    "latency": lat, "status": "ok"}) + "\n" for lat in (3e-4, 2e-4, 1e-4)))
+    db = tmp_path / "history.db"
+    open_history(str(db)).close()
+    out = tmp_path / "result.json"
+    monkeypatch.setattr(sys, "argv", [
+        "bench_history_guided.py", "--replay", str(replay), "--history-db", str(db), "--source", "resnet18",
+        "--size", "32", "--targets", "resnet18:0", "--exclude", "resnet18:1,resnet18:3", "--tuners", "xgb",
+        "--trials", "2", "--batch", "2", "--seeds", "1", "--out", str(out)])
+    assert bench_history_guided.main() == 0
+    result = json.loads(out.read_text())
+    assert result["history"]["kept_out"] == ["resnet18:0", "resnet18:1", "resnet18:3"]
+    assert result["arguments"]["exclude"] == "resnet18:1,resnet18:3" and result["arguments"]["tuners"] == "xgb"
+    assert len(result["layers"]) == 1 and len(result["layers"][0]["tuners"]["xgb"]["curves"][0]) == 2
