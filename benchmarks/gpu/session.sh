@@ -34,10 +34,11 @@
 # The 100-trial run still to finish (conv2d3 was cut in its sixth round; conv2d4, conv2d1
 # not started) is, with the two variables above and LIMIT= per call:
 #   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
-#     --targets resnet18:0,resnet18:7,mobilenetv2:5,resnet18:3,resnet18:4,resnet18:1 \
+#     --targets resnet18:3,resnet18:4,resnet18:1,resnet18:0,resnet18:7,mobilenetv2:5 \
 #     --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
-# Keep --targets as it is (reordered at most): target layers are kept out of history, and
-# a different set changes the history, hence the guided tuners' curves.
+# (the unfinished layers first; the finished three replay from the file at the end, at no
+# device cost). Keep the same set of --targets: target layers are kept out of history, and
+# another set changes the history, hence the guided tuners' curves.
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
