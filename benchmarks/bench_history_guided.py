@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -84,12 +85,15 @@ def pairs_of(tuners) -> list[tuple[str, str]]:
     return pairs
 
 
+@functools.lru_cache(maxsize=None)
 def layers_of(model: str, size: int):
+    """A model's tunable layers, decomposed once per (model, size): every layer spec,
+    target or kept out, looks its layer up here."""
     from autotune import decompose, frontend
 
     # batch norm separate: the layering every recorded run and history file was made in
     _, mod = frontend.load_and_fuse(model, size=size, batch_norm="separate")
-    return [l for l in decompose.decompose(mod) if l.tunable and l.op_class in ("conv2d", "depthwise_conv2d", "dense")]
+    return tuple(l for l in decompose.decompose(mod) if l.tunable and l.op_class in ("conv2d", "depthwise_conv2d", "dense"))
 
 
 def layer_at(spec: str, size: int):
