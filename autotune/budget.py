@@ -20,17 +20,23 @@ Two schedules behind one interface (:class:`Schedule`):
   before trials go deeper (which layers, if the budget cannot reach all, decided heaviest
   measured first; the order they are tuned in the model's, so each finds the layer
   before it, often its like, just tuned); and a deeper chunk goes where
-  measured time and recent gains are largest. Ansor's own estimates (the gap to what
-  similar layers reach, closed at the pace of ``1 / trials``) assume warm-ups of 64
-  trials a layer; at 4 they over-value more trials on a layer already tuned, and a
-  ResNet-18 tune at 64 trials left its 1x1 convolutions and its dense layer untried.
+  measured time and recent gains are largest. A layer history covers closely (a
+  match at the guided GA's threshold, often the twin of a layer just tuned) gets a
+  first chunk of one trial, a *probe*, while the budget cannot give every layer a
+  first chunk: its tuner's first proposal is history's winner mapped onto it, so one
+  trial is expected to do most of what a first chunk does, and the rest of its first
+  chunk comes when it is worth more than a chunk elsewhere.
+  Ansor's own estimates (the gap to what similar layers reach, closed at the pace of
+  ``1 / trials``) assume warm-ups of 64 trials a layer; at 4 they over-value more
+  trials on a layer already tuned, and a ResNet-18 tune at 64 trials left its 1x1
+  convolutions and its dense layer untried.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 BudgetSplit = Literal["adaptive", "roofline"]
 BUDGET_SPLITS: tuple[str, ...] = ("adaptive", "roofline")
@@ -91,6 +97,10 @@ class LayerProgress:
     allotted: int = 0  # trials given so far
     exhausted: bool = False  # the tuner has nothing left to propose, or nothing measures
     starts: list[int] = field(default_factory=list)  # trials done when each chunk was given
+    #: how well history covers it now (``history.match``'s score), kept current by the
+    #: tune loop until the layer's first chunk
+    match: float = 0.0
+    probed: bool = False  # its first chunk was a one-trial probe (see AdaptiveSchedule)
 
     @property
     def trials(self) -> int:
@@ -182,8 +192,14 @@ class AdaptiveSchedule:
 
     name = "adaptive"
 
-    def __init__(self, layers: list[LayerProgress], budget: int, *, min_trials: int, batch: int) -> None:
+    def __init__(
+        self, layers: list[LayerProgress], budget: int, *, min_trials: int, batch: int, probe_at: float | None = None
+    ) -> None:
         self.planned: dict[str, int] = {}
+        self.probe_at = probe_at
+        # whether the budget left can give every layer not yet visited a full first chunk
+        # (kept current by next_chunk); probes are only for a budget that cannot
+        self.short = budget < max(1, min_trials) * len(layers)
         self.position = {p.name: i for i, p in enumerate(layers)}  # the model's order
         # ties go heaviest roofline first
         self.order = [p.name for p in sorted(layers, key=lambda p: -p.occurrences * p.roofline_s)]
@@ -191,38 +207,80 @@ class AdaptiveSchedule:
         self.min_trials = max(1, min_trials)
         self.batch = max(1, batch)
 
+    def is_probe(self, layer: LayerProgress) -> bool:
+        """Whether the layer's first chunk is a probe: history covers it closely (a match
+        at ``probe_at`` or above: the guided GA's, whose first proposal is the mapped
+        winner of the near-twin layer), so one trial is expected to do most of what a
+        first chunk does. ResNet-18's residual blocks come in pairs of such twins (the
+        same convolution, one with the residual add fused): a 24-trial tune at 32x32
+        left two of them at TVM's default, 10x and 20x slower than the twin tuned beside
+        them; tuned later with four trials each, the guided GA's first trial was its best
+        on one and 16% above it on the other. The probe is a stopgap for a budget that
+        cannot reach every layer: only while the trials left cannot give every layer not
+        yet visited a full first chunk (``short``), and the rest of the first chunk
+        follows when trials remain, before any layer goes deeper
+        (:meth:`completes_probe`)."""
+        return self.short and self.probe_at is not None and layer.allotted == 0 and layer.match >= self.probe_at
+
+    def completes_probe(self, layer: LayerProgress) -> bool:
+        """Whether the layer's next chunk is the rest of a probed first chunk."""
+        return layer.probed and 0 < layer.allotted < self.min_trials
+
     def chunk_for(self, layer: LayerProgress) -> int:
-        """A first visit gets ``min_trials`` (so the budget reaches many layers), later
-        visits a measuring batch."""
-        return min(self.left, self.min_trials if layer.allotted == 0 else self.batch)
+        """A first visit gets ``min_trials`` (so the budget reaches many layers), or one
+        trial if it is a probe (:meth:`is_probe`); a probed layer's next visit the rest of
+        a first chunk; later visits a measuring batch."""
+        if not layer.allotted:
+            return min(self.left, 1 if self.is_probe(layer) else self.min_trials)
+        if self.completes_probe(layer):
+            return min(self.left, self.min_trials - layer.allotted)
+        return min(self.left, self.batch)
 
     @staticmethod
-    def _calibration(layers: dict[str, LayerProgress]) -> tuple[dict[str, float], float, float]:
+    def _calibration(layers: dict[str, LayerProgress]) -> "_Calibration":
         """What chunks did in this run so far: the fraction of its default time a first
-        chunk took off (per op class, and over all), and the fraction of its time a later
-        chunk took off (over all), each blended with a prior worth a few observations."""
+        chunk took off (per op class, and over all), the same for probes, the fraction of
+        its time a later chunk took off (over all), and what the trials after the first
+        of a full first chunk took off (what the rest of a probed layer's first chunk is
+        expected to do), each blended with a prior worth a few observations (a probe's
+        prior: what first chunks did; the rest's: what later chunks do)."""
         first: dict[str, list[float]] = {}
+        probes: list[float] = []
         later: list[float] = []
+        rest: list[float] = []
         for p in layers.values():
             for k, gain in enumerate(p.chunk_gains()):
-                if gain is not None:
-                    (first.setdefault(p.op_class, []) if k == 0 else later).append(gain)
+                if gain is None:
+                    continue
+                if k:
+                    later.append(gain)
+                else:
+                    (probes if p.probed else first.setdefault(p.op_class, [])).append(gain)
+            if not p.probed and p.chunks() and p.chunks()[0][1] > 1:  # a full first chunk
+                one, end = p.curve[0], p.curve[p.chunks()[0][1] - 1]
+                if one and end is not None:
+                    rest.append(max(0.0, 1.0 - end / one))
 
         def blend(seen: list[float], prior: float, weight: float) -> float:
             return (prior * weight + sum(seen)) / (weight + len(seen))
 
         overall = blend([g for gains in first.values() for g in gains], FIRST_CHUNK_GAIN, PRIOR_WEIGHT)
         per_class = {c: blend(gains, overall, PRIOR_WEIGHT) for c, gains in first.items()}
-        return per_class, overall, blend(later, LATER_CHUNK_GAIN, PRIOR_WEIGHT)
+        return _Calibration(
+            per_class, overall, blend(probes, overall, PRIOR_WEIGHT),
+            blend(later, LATER_CHUNK_GAIN, PRIOR_WEIGHT), blend(rest, LATER_CHUNK_GAIN, PRIOR_WEIGHT),
+        )
 
-    def gain_per_trial(self, layer: LayerProgress, calibration: tuple[dict[str, float], float, float]) -> float:
+    def gain_per_trial(self, layer: LayerProgress, calibration: "_Calibration") -> float:
         """Expected model seconds saved per trial of this layer's next chunk."""
-        per_class, first_overall, later = calibration
+        per_class, first_overall, probe, later, rest = calibration
         n = self.chunk_for(layer)
         if n <= 0:
             return 0.0
         if layer.trials == 0:
-            fraction = per_class.get(layer.op_class, first_overall)
+            fraction = probe if self.is_probe(layer) else per_class.get(layer.op_class, first_overall)
+        elif self.completes_probe(layer):
+            fraction = rest
         else:
             own = layer.last_gain()
             fraction = later if own is None else (own + later) / 2
@@ -234,10 +292,19 @@ class AdaptiveSchedule:
         open_ = [layers[n] for n in self.order if not layers[n].exhausted]
         if not open_:
             return None
+        self.short = self.left < self.min_trials * sum(1 for p in open_ if not p.allotted)
         calibration = self._calibration(layers)
         value = {p.name: self.gain_per_trial(p, calibration) for p in open_}
         pick = max(open_, key=lambda p: value[p.name])  # first in self.order among equals
-        if pick.allotted == 0:
+        unfinished = [p for p in open_ if self.completes_probe(p)]
+        if pick.allotted and not self.completes_probe(pick) and unfinished:
+            # The rest of a probed first chunk goes before any layer goes deeper: with
+            # it only valued against deeper chunks, ResNet-18's probed twins stayed at
+            # one trial (0.33 to 0.60 ms where four trials reached 0.22 to 0.34) while
+            # 12 to 20 went to one large convolution, and the tuned model ended 4-16%
+            # slower than without probes on 3 seeds of 4 at 64 trials.
+            pick = min(unfinished, key=lambda p: self.position[p.name])
+        elif pick.allotted == 0:
             # Which layers get a first chunk before any goes deeper is decided heaviest
             # first, as far as the budget reaches; they are tuned in the model's order, as
             # the roofline split tunes them: a network's neighbouring layers are often alike
@@ -247,8 +314,16 @@ class AdaptiveSchedule:
             # (10-33%, 3 seeds of 3) or lightest first (4-73%, 5 seeds of 6).
             deeper = max((value[p.name] for p in open_ if p.allotted), default=0.0)
             first = sorted((p for p in open_ if not p.allotted and value[p.name] >= deeper), key=lambda p: -value[p.name])
-            pick = min(first[: max(1, self.left // self.min_trials)], key=lambda p: self.position[p.name])
+            reach, spent = [], 0
+            for p in first:  # as far as the budget reaches (a probe costs one trial)
+                spent += self.chunk_for(p)
+                if reach and spent > self.left:
+                    break
+                reach.append(p)
+            pick = min(reach, key=lambda p: self.position[p.name])
         n = self.chunk_for(pick)
+        if self.is_probe(pick):
+            pick.probed = True
         self.left -= n
         pick.starts.append(pick.trials)
         return pick.name, n
@@ -261,9 +336,23 @@ class AdaptiveSchedule:
         return max(0, trials)
 
 
-def make_schedule(kind: str, layers: list[LayerProgress], budget: int, *, min_trials: int, batch: int) -> Schedule:
+class _Calibration(NamedTuple):
+    """Expected fraction of a layer's time a chunk takes off, from this run's chunks."""
+
+    first_per_class: dict[str, float]
+    first: float
+    probe: float
+    later: float
+    rest_of_first: float
+
+
+def make_schedule(
+    kind: str, layers: list[LayerProgress], budget: int, *, min_trials: int, batch: int, probe_at: float | None = None
+) -> Schedule:
+    """``probe_at``: the match score from which the adaptive split probes a layer with one
+    trial first (None: never; the roofline split never does)."""
     if kind == "adaptive":
-        return AdaptiveSchedule(layers, budget, min_trials=min_trials, batch=batch)
+        return AdaptiveSchedule(layers, budget, min_trials=min_trials, batch=batch, probe_at=probe_at)
     if kind == "roofline":
         return RooflineSchedule(layers, budget, min_trials=min_trials, batch=batch)
     raise ValueError(f"unknown budget split {kind!r}; expected one of {', '.join(BUDGET_SPLITS)}")

@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how trials are spread over layers: adaptive (chunk by chunk, to the layer expected to save the most "
         "model time, from what was measured; default) or roofline (fixed up front by roofline time)",
     )
+    p.add_argument(
+        "--no-probes", dest="probes", action="store_false",
+        help="with the adaptive split, give a layer history covers closely a full first chunk even when the "
+        "budget cannot reach every layer (default: one trial first, the rest when trials remain)",
+    )
     p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time (of those history has no winner for)")
     p.add_argument("--high", type=float, default=0.8, help="match score from which the guided GA is used (default 0.8)")
     p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
@@ -189,7 +194,7 @@ def cmd_tune(args) -> int:
     options = TuneOptions(
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
-        high=args.high, low=args.low, batch_norm=args.batch_norm, budget_split=args.budget_split, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout),
+        high=args.high, low=args.low, batch_norm=args.batch_norm, budget_split=args.budget_split, probes=args.probes, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout),
     )
     _check_tuner(args.tuner)
     ensure_measurable(target, args.rpc)

@@ -34,6 +34,7 @@ COLUMNS = [
     "tuner",
     "trials",
     "budget",
+    "probe",
     "best_latency_ms",
     "default_latency_ms",
     "speedup",
@@ -130,6 +131,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "tuner": layer.get("tuner"),
                 "trials": layer.get("trials"),
                 "budget": layer.get("budget"),
+                "probe": bool(layer.get("probe")),  # a one-trial first chunk (history covers it closely)
                 "best_latency_ms": None if best is None else best * 1e3,
                 "default_latency_ms": None if default is None else default * 1e3,
                 "speedup": speedup,
@@ -161,7 +163,8 @@ def _fmt_tuner(row: Mapping[str, Any]) -> str:
     tuner it would have had."""
     if budget_ran_out(row):
         return "- (no budget left)"
-    return str(row["tuner"] or "-") + (f" ({row['dispatch']})" if row.get("dispatch") else "")
+    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None) if w)
+    return str(row["tuner"] or "-") + (f" ({why})" if why else "")
 
 
 def format_table(report: Mapping[str, Any], width: int = 160) -> str:

@@ -160,7 +160,7 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
         params["device"] = target.get("device_name")
     elif target is not None:
         params["target"] = target
-    for key in ("budget", "budget_split", "history", "tuner", "batch_norm"):
+    for key in ("budget", "budget_split", "probes", "history", "tuner", "batch_norm"):
         if report.get(key) is not None:
             params[key] = report[key]
     versions = report.get("versions")

@@ -40,6 +40,9 @@ class TuneOptions:
     low: float = 0.05
     batch_norm: str = DEFAULT_BATCH_NORM  # where batch norm runs: frontend.BATCH_NORM_LAYERINGS
     budget_split: str = "adaptive"  # how trials are spread over layers: budget.BUDGET_SPLITS
+    #: the adaptive split's one-trial first chunk for a layer matched at ``high`` or above
+    #: (budget.AdaptiveSchedule.is_probe); only where the match dispatches (tuner "auto")
+    probes: bool = True
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
 
@@ -127,7 +130,11 @@ class TuneSession:
             l.name: LayerProgress(l.name, l.occurrences, l.flops, l.op_class, roofline_seconds(l, peaks.peak_flops, peaks.peak_bw))
             for l in pending
         }
-        schedule = make_schedule(opts.budget_split, list(progress.values()), opts.trials, min_trials=opts.min_trials, batch=opts.batch)
+        probing = opts.probes and opts.tuner == "auto"
+        schedule = make_schedule(
+            opts.budget_split, list(progress.values()), opts.trials, min_trials=opts.min_trials, batch=opts.batch,
+            probe_at=opts.high if probing else None,
+        )
         report: dict[str, Any] = {
             "run_id": self.run_id,
             "model": spec.name,
@@ -138,6 +145,7 @@ class TuneSession:
             "tuner": opts.tuner,
             "batch_norm": opts.batch_norm,  # the layering: it decides the layers' keys
             "budget_split": schedule.name,
+            "probes": probing and schedule.name == "adaptive",
             "versions": {"autotune": _version(), "tvm": tvm.__version__},
             "roofline": peaks.to_dict(),
             # where candidates, winners' checks and the model timing ran (None: this machine)
@@ -154,7 +162,7 @@ class TuneSession:
             report["history_note"] = hint
         self.store.start_run(
             self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
-            params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "budget_split": opts.budget_split, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
+            params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "budget_split": opts.budget_split, "probes": opts.probes, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
         )
         status = "failed"
         outcomes: dict[str, dict[str, Any]] = {}
@@ -171,7 +179,7 @@ class TuneSession:
             open_: dict[str, _LayerTuning] = {}
             by_name = {l.name: l for l in pending}
             report["schedule"] = []  # [layer, trials] per chunk, in the order given
-            while (chunk := schedule.next_chunk(progress)) is not None:
+            while (chunk := self._next_chunk(schedule, progress, by_name, probing)) is not None:
                 name, n = chunk
                 p = progress[name]
                 if name not in open_:
@@ -182,6 +190,7 @@ class TuneSession:
                 measured = self._advance(open_[name], p, n)
                 p.allotted -= schedule.refund(n - measured)  # passed on to other layers, if the split does
                 open_[name].out["budget"] = p.allotted
+                open_[name].out["probe"] = p.probed  # its first chunk was one trial (budget.AdaptiveSchedule.is_probe)
                 for other in list(open_):
                     if schedule.done_with(progress[other]):
                         outcomes[other] = self._close_layer(open_.pop(other))
@@ -209,6 +218,17 @@ class TuneSession:
                 for layer in report["layers"] or [outcomes[l.name] for l in tunable if l.name in outcomes]
             ]})
         return report
+
+    def _next_chunk(self, schedule, progress: dict[str, LayerProgress], by_name: dict, probing: bool):
+        """The schedule's next chunk, after the match of every layer not yet visited is
+        brought up to date (when probing): tuning a layer raises its twins' matches."""
+        if probing:
+            waiting = [p for p in progress.values() if not p.allotted]
+            summary = self.store.summary(searched_only=True) if waiting else []
+            for p in waiting:
+                layer = by_name[p.name]
+                p.match = self._match(layer, self._space(layer), summary=summary)[0].score
+        return schedule.next_chunk(progress)
 
     def _remote(self):
         """The ``--rpc`` device for one step (a context manager), or None without ``--rpc``.
@@ -280,15 +300,19 @@ class TuneSession:
             "tuner": decision.tuner,
             "trials": 0,
             "budget": 0,  # 0 and no exact hit: the budget ran out first
+            "probe": False,
             "curve": [],
         }
 
-    def _match(self, layer, space):
+    def _match(self, layer, space, *, summary=None):
         from autotune import dispatch
         from history.match import match
 
         opts = self.options
-        m = match(self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class), space_id=space.space_id)
+        m = match(
+            self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class),
+            space_id=space.space_id, summary=summary,
+        )
         return m, dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
 
     def _reuse(self, layer) -> dict[str, Any]:

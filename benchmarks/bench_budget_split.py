@@ -4,13 +4,15 @@ chunk, from what was measured) or by roofline time, fixed up front.
 Per model and seed, one real ``autotune tune`` per split (``TuneSession``, same budget and
 seed, each into a fresh history; the split tuned first alternates from seed to seed,
 since the first tune of a pair also warms this process for the second, and each tune's
-wall time is reported), then both tuned models built from their histories and
+wall time is reported), then the tuned models built from their histories and
 timed in turns in this process (TVM's ``time_evaluator``, 5 repeats of at least 100 ms),
 their outputs compared. Also reported: each tune's *model time as tuned*, the sum over
 tunable layers of calls x best latency (default latency for a layer left untried), which
 is what a split tries to minimise and is free of the whole-model timing's noise.
 
 Run:  python benchmarks/bench_budget_split.py --models transformer,mobilenetv2,resnet18 --size 56 --trials 64 --seeds 0,1,2,3,4 --out FILE
+      (``--splits adaptive,adaptive_no_probes``: the adaptive split with and without its
+      one-trial probes of layers history covers closely)
 Prints one JSON object; the README records the figures.
 """
 
@@ -30,7 +32,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _emit import emit  # noqa: E402
 from _timing import time_in_turns  # noqa: E402
 
-SPLITS = ("adaptive", "roofline")
+#: what each name given to ``--splits`` tunes with (TuneOptions fields)
+SPLITS = {
+    "adaptive": {"budget_split": "adaptive"},
+    "roofline": {"budget_split": "roofline"},
+    # the adaptive split before probes: every first chunk min_trials, however well
+    # history covers the layer
+    "adaptive_no_probes": {"budget_split": "adaptive", "probes": False},
+}
 
 
 def layer_times(report: dict) -> dict[str, float]:
@@ -45,31 +54,33 @@ def tuned_time(report: dict) -> float:
     return sum(layer_times(report).values())
 
 
-def one_seed(model: str, size: int, trials: int, seed: int, target) -> dict:
+def one_seed(model: str, size: int, trials: int, seed: int, target, splits: list[str]) -> dict:
     from autotune import compile as compiler
     from autotune import frontend
     from autotune.tune import TuneOptions, TuneSession
     from history import open_history
 
-    order = SPLITS if seed % 2 == 0 else SPLITS[::-1]
+    order = splits if seed % 2 == 0 else splits[::-1]
     mods, row, spec = {}, {"model": model, "seed": seed, "order": list(order)}, None
     with tempfile.TemporaryDirectory(prefix="autotune-split-") as tmp:
         for split in order:
             store = open_history(os.path.join(tmp, f"{split}.db"))
-            session = TuneSession(target, store, TuneOptions(trials=trials, seed=seed, model_latency=False, budget_split=split))
+            options = TuneOptions(trials=trials, seed=seed, model_latency=False, **SPLITS[split])
+            session = TuneSession(target, store, options)
             try:
                 t0 = time.perf_counter()
                 report = session.tune_model(model, size=size)
                 row[f"{split}_tune_s"] = round(time.perf_counter() - t0, 1)
                 row[f"{split}_tuned_ms"] = round(tuned_time(report) * 1e3, 4)
                 row[f"{split}_trials"] = {l["name"]: l["trials"] for l in report["layers"]}
+                row[f"{split}_probes"] = [l["name"] for l in report["layers"] if l.get("probe")]
                 row[f"{split}_layer_ms"] = {k: round(v * 1e3, 4) for k, v in layer_times(report).items()}
                 spec, mod = frontend.load_and_fuse(model, size=size)
                 mods[split], _ = compiler.apply_history(mod, session.decomposition, target, store)
             finally:
                 session.close()
                 store.close()
-        row.update(time_in_turns({s: mods[s] for s in SPLITS}, target, next(iter(spec.input_shapes.values()))))
+        row.update(time_in_turns({s: mods[s] for s in splits}, target, next(iter(spec.input_shapes.values()))))
     return row
 
 
@@ -80,6 +91,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=64, help="measured trials of each tune (the whole model)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated tuner seeds: one tune per split each")
     parser.add_argument("--target", default="llvm")
+    parser.add_argument("--splits", default="adaptive,roofline",
+                        help=f"comma-separated, the first the reference the others are divided by: {', '.join(SPLITS)}")
     parser.add_argument("--out")
     args = parser.parse_args()
 
@@ -88,24 +101,32 @@ def main() -> int:
     target = resolve_target(args.target)
     seeds = [int(s) for s in args.seeds.split(",")]
     models = args.models.split(",")
+    splits = args.splits.split(",")
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown or len(splits) < 2:
+        parser.error(f"--splits: at least two of {', '.join(SPLITS)}")
+    ref, others = splits[0], splits[1:]
     rows = []
     for model in models:
         for seed in seeds:
             print(f"[split] {model} seed {seed}", file=sys.stderr, flush=True)
-            rows.append(one_seed(model, args.size, args.trials, seed, target))
+            rows.append(one_seed(model, args.size, args.trials, seed, target, splits))
             print(f"[split] {json.dumps(rows[-1])}", file=sys.stderr, flush=True)  # kept if the run is cut
     summary = {}
     for model in models:
         mine = [r for r in rows if r["model"] == model]
         summary[model] = {
-            **{f"{s}_ms_median": statistics.median(r[f"{s}_ms"] for r in mine) for s in SPLITS},
-            **{f"{s}_tuned_ms_median": statistics.median(r[f"{s}_tuned_ms"] for r in mine) for s in SPLITS},
-            "roofline_over_adaptive_per_seed": [round(r["roofline_ms"] / r["adaptive_ms"], 3) for r in mine],
-            "roofline_over_adaptive_tuned_per_seed": [round(r["roofline_tuned_ms"] / r["adaptive_tuned_ms"], 3) for r in mine],
-            "adaptive_over_roofline_tune_s_per_seed": [round(r["adaptive_tune_s"] / r["roofline_tune_s"], 3) for r in mine],
+            **{f"{s}_ms_median": statistics.median(r[f"{s}_ms"] for r in mine) for s in splits},
+            **{f"{s}_tuned_ms_median": statistics.median(r[f"{s}_tuned_ms"] for r in mine) for s in splits},
         }
+        for s in others:
+            summary[model].update({
+                f"{s}_over_{ref}_per_seed": [round(r[f"{s}_ms"] / r[f"{ref}_ms"], 3) for r in mine],
+                f"{s}_over_{ref}_tuned_per_seed": [round(r[f"{s}_tuned_ms"] / r[f"{ref}_tuned_ms"], 3) for r in mine],
+                f"{ref}_over_{s}_tune_s_per_seed": [round(r[f"{ref}_tune_s"] / r[f"{s}_tune_s"], 3) for r in mine],
+            })
     emit({"bench": "budget_split", "target": target.key, "size": args.size, "trials": args.trials, "seeds": seeds,
-          "runs": rows, "summary": summary}, args.out)
+          "splits": splits, "runs": rows, "summary": summary}, args.out)
     return 0
 
 

@@ -102,6 +102,7 @@ def match(
     space_id: str | None = None,
     exclude: Collection[str] = (),
     other_target_discount: float = OTHER_TARGET_DISCOUNT,
+    summary: Sequence[dict] | None = None,
 ) -> MatchResult:
     """Score ``workload`` against everything history holds for its op class.
 
@@ -111,13 +112,16 @@ def match(
     target layers, which history from other layers must not contain).
     ``other_target_discount`` scales the similarity of another target's records (an
     experiment's knob: how much history from other hardware should count).
+    ``summary`` is ``store.summary(searched_only=True)`` when the caller scores many
+    layers against one state of history (it is the costly query, a pass over records).
     """
     best = None if workload.key in exclude else exact_hit(store, workload.key, target_key, space_id=space_id)
     if best is not None:
         return MatchResult(1.0, True, best)
     neighbours: list[Neighbour] = []
     same_class = {w.key: w for w in store.workloads(op_class=workload.op_class)}
-    for row in store.summary(searched_only=True):  # a default-schedule timing is no evidence
+    rows = store.summary(searched_only=True) if summary is None else summary
+    for row in rows:  # a default-schedule timing is no evidence (searched_only)
         if row["n_ok"] == 0 or row["op_class"] != workload.op_class:
             continue
         other = same_class.get(row["workload_key"])

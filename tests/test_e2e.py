@@ -297,3 +297,55 @@ def test_model_timing_failure_keeps_the_tune_and_says_why(workdir, capsys, monke
     assert report["model_latency_errors"] == {"model_latency_before": reason, "model_latency_after": reason}
     assert sum(layer["trials"] for layer in report["layers"]) == 4
     assert f"not measured: {reason}" in format_table(report)
+
+
+def _twin_convs(path: Path) -> Path:
+    """conv+relu, then the same convolution with a residual add: twin layers (one conv
+    shape, two epilogues), as every ResNet block has them."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype("float32"), n) for n in ("W1", "W2")]
+    inits += [numpy_helper.from_array(rng.standard_normal(16).astype("float32"), n) for n in ("B1", "B2")]
+    nodes = [
+        helper.make_node("Conv", ["input", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "input"], ["a"]),
+        helper.make_node("Relu", ["a"], ["output"]),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 16, 16, 16]) for n in ("input", "output")]
+    graph = helper.make_graph(nodes, "twins", io[:1], io[1:], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
+    """Once the first convolution is tuned, its twin matches history closely: the adaptive
+    split gives it a one-trial probe (the guided GA's first proposal, the twin's winner
+    mapped), which is faster than TVM's default; the trials a 4-trial first chunk would
+    have taken go deeper instead."""
+    model = _twin_convs(tmp_path / "twins.onnx")
+
+    def tune(*extra: str) -> dict:
+        capsys.readouterr()
+        assert main([
+            "tune", str(model), "--target", "llvm", "--trials", "6", "--history", str(tmp_path / f"h{len(extra)}.db"),
+            "--no-mlflow", "--quiet", "--json", "--no-model-latency", "--out-dir", str(tmp_path / f"run{len(extra)}"), *extra,
+        ]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    report = tune()
+    assert report["probes"] is True
+    layers = {layer["name"]: layer for layer in report["layers"]}
+    assert len(layers) == 2
+    # the budget reaches one 4-trial first chunk (the heavier default), then the probe
+    (first_name, first_n), (twin_name, twin_n) = report["schedule"][:2]
+    assert (first_n, twin_n) == (4, 1) and {first_name, twin_name} == set(layers)
+    twin = layers[twin_name]
+    assert twin["match_score"] >= 0.8 and twin["dispatch"] == "guided" and twin["tuner"] == "gga"
+    assert twin["curve"][0][1] < twin["default_latency"] / 2 and twin["probe"] is True
+    assert sum(layer["trials"] for layer in report["layers"]) == 6
+
+    plain = tune("--no-probes")  # a full first chunk for the twin too: 4, then the 2 left
+    assert plain["probes"] is False
+    assert [n for _, n in plain["schedule"][:2]] == [4, 2]
+    assert not any(layer["probe"] for layer in plain["layers"])

@@ -134,6 +134,17 @@ def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
     assert [r["budget"] for r in summary_rows(report)] == [0, 0]
 
 
+def test_format_table_marks_a_probed_layer() -> None:
+    """A layer given a one-trial first chunk (history covers it closely) says so."""
+    report = make_report()
+    conv, dense = report["layers"]
+    conv.update(budget=1, trials=1, dispatch="guided", tuner="gga", probe=True)
+    dense.update(budget=4, trials=4, dispatch="cold", tuner="xgb")
+    text = format_table(report)
+    assert "gga (guided, probe)" in text and "xgb (cold)" in text and "xgb (cold, probe)" not in text
+    assert [r["probe"] for r in summary_rows(report)] == [True, False]
+
+
 def test_plot_convergence_layers_and_tuners(tmp_path: Path) -> None:
     report = make_report()
     png = plot_convergence(report, tmp_path / "a.png")
