@@ -43,6 +43,7 @@ class TuneOptions:
     #: the adaptive split's one-trial first chunk for a layer matched at ``high`` or above
     #: (budget.AdaptiveSchedule.is_probe); only where the match dispatches (tuner "auto")
     probes: bool = True
+    probe_at: float | None = None  # the match score from which a layer is probed (None: ``high``)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
 
@@ -133,7 +134,7 @@ class TuneSession:
         probing = opts.probes and opts.tuner == "auto"
         schedule = make_schedule(
             opts.budget_split, list(progress.values()), opts.trials, min_trials=opts.min_trials, batch=opts.batch,
-            probe_at=opts.high if probing else None,
+            probe_at=(opts.high if opts.probe_at is None else opts.probe_at) if probing else None,
         )
         report: dict[str, Any] = {
             "run_id": self.run_id,

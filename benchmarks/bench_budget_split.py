@@ -39,6 +39,8 @@ SPLITS = {
     # the adaptive split before probes: every first chunk min_trials, however well
     # history covers the layer
     "adaptive_no_probes": {"budget_split": "adaptive", "probes": False},
+    # probes from a lower match than the guided GA's threshold
+    "adaptive_probe_at_0.5": {"budget_split": "adaptive", "probe_at": 0.5},
 }
 
 
