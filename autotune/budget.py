@@ -24,8 +24,9 @@ Two schedules behind one interface (:class:`Schedule`):
   match at the guided GA's threshold, often the twin of a layer just tuned) gets a
   first chunk of one trial, a *probe*, while the budget cannot give every layer a
   first chunk: its tuner's first proposal is history's winner mapped onto it, so one
-  trial is expected to do most of what a first chunk does, and the rest of its first
-  chunk comes when it is worth more than a chunk elsewhere.
+  trial is expected to do most of what a first chunk does; the rest of its first chunk
+  comes before any layer goes deeper, or sooner where it is worth more than another
+  layer's first chunk.
   Ansor's own estimates (the gap to what similar layers reach, closed at the pace of
   ``1 / trials``) assume warm-ups of 64 trials a layer; at 4 they over-value more
   trials on a layer already tuned, and a ResNet-18 tune at 64 trials left its 1x1
@@ -197,15 +198,15 @@ class AdaptiveSchedule:
     ) -> None:
         self.planned: dict[str, int] = {}
         self.probe_at = probe_at
-        # whether the budget left can give every layer not yet visited a full first chunk
-        # (kept current by next_chunk); probes are only for a budget that cannot
-        self.short = budget < max(1, min_trials) * len(layers)
         self.position = {p.name: i for i, p in enumerate(layers)}  # the model's order
         # ties go heaviest roofline first
         self.order = [p.name for p in sorted(layers, key=lambda p: -p.occurrences * p.roofline_s)]
         self.left = budget
         self.min_trials = max(1, min_trials)
         self.batch = max(1, batch)
+        # whether the trials left cannot give every layer not yet visited a full first
+        # chunk (kept current by next_chunk): probes are only for such a budget
+        self.short = budget < self.min_trials * len(layers)
 
     def is_probe(self, layer: LayerProgress) -> bool:
         """Whether the layer's first chunk is a probe: history covers it closely (a match

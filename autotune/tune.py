@@ -41,7 +41,8 @@ class TuneOptions:
     batch_norm: str = DEFAULT_BATCH_NORM  # where batch norm runs: frontend.BATCH_NORM_LAYERINGS
     budget_split: str = "adaptive"  # how trials are spread over layers: budget.BUDGET_SPLITS
     #: the adaptive split's one-trial first chunk for a layer matched at ``high`` or above
-    #: (budget.AdaptiveSchedule.is_probe); only where the match dispatches (tuner "auto")
+    #: (budget.AdaptiveSchedule.is_probe); only with that split, and where the match
+    #: dispatches (tuner "auto")
     probes: bool = True
     probe_at: float | None = None  # the match score from which a layer is probed (None: ``high``)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
@@ -131,7 +132,7 @@ class TuneSession:
             l.name: LayerProgress(l.name, l.occurrences, l.flops, l.op_class, roofline_seconds(l, peaks.peak_flops, peaks.peak_bw))
             for l in pending
         }
-        probing = opts.probes and opts.tuner == "auto"
+        probing = opts.probes and opts.tuner == "auto" and opts.budget_split == "adaptive"
         schedule = make_schedule(
             opts.budget_split, list(progress.values()), opts.trials, min_trials=opts.min_trials, batch=opts.batch,
             probe_at=(opts.high if opts.probe_at is None else opts.probe_at) if probing else None,
@@ -146,7 +147,7 @@ class TuneSession:
             "tuner": opts.tuner,
             "batch_norm": opts.batch_norm,  # the layering: it decides the layers' keys
             "budget_split": schedule.name,
-            "probes": probing and schedule.name == "adaptive",
+            "probes": probing,
             "versions": {"autotune": _version(), "tvm": tvm.__version__},
             "roofline": peaks.to_dict(),
             # where candidates, winners' checks and the model timing ran (None: this machine)
