@@ -64,12 +64,16 @@ def _server_log_to(path: str):
 
 
 def _wait_registered(host: str, port: int, key: str, timeout: float = 30.0) -> dict:
+    """Until the server is in the tracker's queue, free to be handed out. Its connection
+    (``server_info``) is listed a step before that: a server stopped (SIGSTOP) between
+    the two was never handed out, and a test waited 120 s for it, then failed."""
     from tvm import rpc
 
     deadline = time.monotonic() + timeout
     while True:
         summary = rpc.connect_tracker(host, port).summary()
-        if any(s["key"] == f"server:{key}" for s in summary["server_info"]):
+        listed = any(s["key"] == f"server:{key}" for s in summary["server_info"])
+        if listed and summary["queue_info"].get(key, {}).get("free", 0) >= 1:
             return summary
         if time.monotonic() > deadline:
             raise RuntimeError(f"RPC server never registered with the tracker: {summary}")
