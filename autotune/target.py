@@ -140,6 +140,31 @@ def cuda_spec(dev, arch: str | None, *, has_device: bool) -> TargetSpec:
     return TargetSpec("cuda", config, arch, name, has_device)
 
 
+#: Float32 lanes of a CPU's widest vector unit, by the first LLVM feature it has.
+_VECTOR_LANES = (("avx512f", 16), ("avx", 8), ("sse2", 4), ("neon", 4))
+
+
+@lru_cache(maxsize=32)
+def float_lanes(kind: str, arch: str) -> int | None:
+    """How many float32 values one vector register of an LLVM CPU holds (None: not a CPU
+    target, or a CPU name this LLVM does not know). History names a CPU target's arch by
+    its ``mcpu``, so the lanes of a CPU a record was measured on are known from its key
+    alone (see :mod:`templates.vector_width`)."""
+    if kind != "llvm" or not arch:
+        return None
+    import tvm
+    from tvm.target import codegen
+
+    triple = str(tvm.target.Target("llvm").attrs.get("mtriple", "") or "")
+    if not triple or not codegen.llvm_is_valid_cpu(arch, triple):
+        return None
+    target = tvm.target.Target({"kind": "llvm", "mcpu": arch, "mtriple": triple})
+    for feature, lanes in _VECTOR_LANES:
+        if codegen.llvm_cpu_has_features(feature, target):
+            return lanes
+    return None
+
+
 def _physical_cores() -> int:
     try:
         import psutil

@@ -20,7 +20,7 @@ from autotune.errors import AutotuneError, interrupt_mark, keep_interrupts_throu
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
-from autotune.target import TargetSpec
+from autotune.target import TargetSpec, float_lanes
 
 #: How many of the best candidates to try verifying before giving up on a layer.
 VERIFY_CANDIDATES = 3
@@ -342,7 +342,7 @@ class TuneSession:
         self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
         out["default_latency"] = progress.default_s  # timed for every pending layer before tuning
         self.tracker.open_layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
-        priors = priors_from_match(self.store, m)
+        priors = priors_from_match(self.store, m, space=space, lanes=float_lanes(self.target.kind, self.target.arch))
         tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
         # Resume: what earlier runs measured for this exact layer is known, not re-measured.
         earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
@@ -563,19 +563,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def priors_from_match(store, m, *, per_workload: int = 2000) -> list:
+def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: int | None = None) -> list:
     """The measured configs of a layer's history neighbours, as transfer evidence.
 
     Latencies compare only within one layer on one target, so a neighbour measured on
     other hardware is its own group (its key names the target too), and its records
-    carry the match's weight for other hardware."""
+    carry the match's weight for other hardware. Given the tuned layer's ``space`` and
+    the tuned CPU's float ``lanes``, a record from a CPU of another vector width is
+    restated for this one (:mod:`templates.vector_width`)."""
     from search.tuner import PriorRecord
+    from templates.vector_width import restate_vector_width, vector_axis_knobs
 
+    vector_knobs = vector_axis_knobs(space.knobs) if space is not None and lanes else []
     priors = []
     for nb in m.neighbours:
         group = nb.workload.key if nb.same_target else f"{nb.workload.key}@{nb.target_key}"
+        kind, _, rest = nb.target_key.partition(":")
+        from_lanes = None if nb.same_target or not vector_knobs else float_lanes(kind, rest.partition(":")[0])
         for rec in store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=per_workload):
-            priors.append(PriorRecord(rec.config, rec.latency_median, nb.similarity, tuple(nb.workload.features), group,
+            config = rec.config
+            if from_lanes and from_lanes != lanes:
+                config = restate_vector_width(config, vector_knobs, from_lanes, lanes)
+            priors.append(PriorRecord(config, rec.latency_median, nb.similarity, tuple(nb.workload.features), group,
                                       rec.status, nb.target_weight))
     return priors
 

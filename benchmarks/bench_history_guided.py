@@ -407,16 +407,18 @@ def lockstep(runs: list[Run], cm, batch: int, on_round: Callable[[int, list[Run]
             on_round(rnd, active)
 
 
-def priors_for(store, layer, target, exclude: set[str], other_target_discount: float | None = None):
+def priors_for(store, layer, target, exclude: set[str], other_target_discount: float | None = None, space=None):
     """Match score and transfer evidence exactly as ``autotune tune`` computes them,
     with the experiment's target layers kept out: a reused or imported history may hold
-    one (ResNet-50 has ResNet-18's 3x3 64->64 conv), which would be an exact hit."""
+    one (ResNet-50 has ResNet-18's 3x3 64->64 conv), which would be an exact hit.
+    Without ``space``, records from a CPU of another vector width are taken as they are."""
+    from autotune.target import float_lanes
     from autotune.tune import priors_from_match
     from history.match import match
 
     extra = {} if other_target_discount is None else {"other_target_discount": other_target_discount}
     m = match(store, layer.workload_info(), target.key, exclude=exclude, **extra)
-    return m.score, priors_from_match(store, m)
+    return m.score, priors_from_match(store, m, space=space, lanes=float_lanes(target.kind, target.arch))
 
 
 def make_run_tuner(spec: str, space, layer, seed: int, priors):
@@ -685,6 +687,9 @@ def main() -> int:
                         help="MODEL:INDEX of tunable conv/dense layers (index into that model's list)")
     parser.add_argument("--exclude", help="MODEL:INDEX layers kept out of history and matching besides --targets "
                         "(an earlier run's other targets, so a run on fewer targets reuses its history as it was)")
+    parser.add_argument("--no-vector-restating", action="store_true",
+                        help="take history from a CPU of another vector width as it is (before run 32), "
+                        "not restated for this CPU's (templates/vector_width.py)")
     parser.add_argument("--other-target-discount", type=float, metavar="F",
                         help="scale the similarity of history measured on another target by F "
                              "(default: history.match.OTHER_TARGET_DISCOUNT, as autotune tune does)")
@@ -790,7 +795,8 @@ def main() -> int:
 
     for model, layer in targets:
         space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-        score, priors = priors_for(store, layer, target, exclude, args.other_target_discount)
+        score, priors = priors_for(store, layer, target, exclude, args.other_target_discount,
+                                   space=None if args.no_vector_restating else space)
         runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)
                 for t in tuners for seed in range(args.seeds)}
         # Every tuner and seed of the layer side by side: one build batch per round.
