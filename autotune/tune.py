@@ -343,6 +343,7 @@ class TuneSession:
         out["default_latency"] = progress.default_s  # timed for every pending layer before tuning
         self.tracker.open_layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
         priors = priors_from_match(self.store, m, space=space, lanes=float_lanes(self.target.kind, self.target.arch))
+        out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors)}
         tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
         # Resume: what earlier runs measured for this exact layer is known, not re-measured.
         earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
@@ -585,7 +586,7 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
             if from_lanes and from_lanes != lanes:
                 config = restate_vector_width(config, vector_knobs, from_lanes, lanes)
             priors.append(PriorRecord(config, rec.latency_median, nb.similarity, tuple(nb.workload.features), group,
-                                      rec.status, nb.target_weight))
+                                      rec.status, nb.target_weight, restated=config != rec.config))
     return priors
 
 

@@ -42,7 +42,9 @@ class PriorRecord:
     tuned layer's features. ``target_weight`` is how much it counts for having been
     measured on other hardware (1 on the tuned target; see
     :func:`search.similarity.filter_priors`), and ``workload_key`` names the group its
-    latencies compare within: one layer on one target.
+    latencies compare within: one layer on one target. ``restated``: ``config`` is the
+    measured one restated for the tuned CPU's vector width
+    (:mod:`templates.vector_width`), so a report can say how much history was.
     """
 
     config: Config
@@ -52,6 +54,7 @@ class PriorRecord:
     workload_key: str = ""
     status: str = OK
     target_weight: float = 1.0
+    restated: bool = False
 
 
 def prior_groups(priors: Sequence[PriorRecord]) -> tuple[np.ndarray, list[str], np.ndarray]:

@@ -116,6 +116,8 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
             # which source layers a guided tuner believed in the end (empty: one or none)
             assert isinstance(layer["source_weights"], dict)
             assert all(0.0 <= w <= 1.0 for w in layer["source_weights"].values())
+            if layer["trials"] > 0:  # history of this very CPU: drawn on, never restated
+                assert layer["history_records"]["restated_for_vector_width"] == 0
     with open_history(str(history), readonly=True) as store:
         assert {k: len(store.records(workload_key=k)) for k in tuned_before} == before
 

@@ -67,7 +67,8 @@ def test_priors_from_another_cpu_are_restated_and_this_cpus_are_not(tmp_path):
             store.add_record(workload_key="s", target_key=target.key, space_id="s", config={XX: [1, 2, 1, 7]},
                              samples=[1e-3], status="ok")
         m = match(store, tuned, here.key)
-        restated = {p.workload_key: p.config[XX] for p in priors_from_match(store, m, space=space, lanes=16)}
+        priors = priors_from_match(store, m, space=space, lanes=16)
         as_measured = {p.workload_key: p.config[XX] for p in priors_from_match(store, m)}
-    assert restated == {"s": [1, 2, 1, 7], f"s@{there.key}": [1, 1, 1, 14]}
+    assert {p.workload_key: p.config[XX] for p in priors} == {"s": [1, 2, 1, 7], f"s@{there.key}": [1, 1, 1, 14]}
+    assert {p.workload_key: p.restated for p in priors} == {"s": False, f"s@{there.key}": True}
     assert as_measured == {"s": [1, 2, 1, 7], f"s@{there.key}": [1, 2, 1, 7]}
