@@ -310,3 +310,17 @@ def test_the_result_records_what_was_kept_out_of_history(tmp_path, monkeypatch):
     assert result["history"]["kept_out"] == ["resnet18:0", "resnet18:1", "resnet18:3"]
     assert result["arguments"]["exclude"] == "resnet18:1,resnet18:3" and result["arguments"]["tuners"] == "xgb"
     assert len(result["layers"]) == 1 and len(result["layers"][0]["tuners"]["xgb"]["curves"][0]) == 2
+
+
+def test_restating_rank_reads_one_layers_valid_configs_up_to_a_line(tmp_path):
+    """bench_restating_rank.py screens on the file as it stood before a run appended the
+    configs its own rankers chose: ``first_lines`` must cut there."""
+    from bench_restating_rank import measured_configs
+
+    lines = [("t", "a", {"k": 1}, 1e-3, "ok"), ("t", "a", {"k": 2}, None, "build_error"), ("u", "a", {"k": 3}, 2e-3, "ok"),
+             ("t", "b", {"k": 4}, 3e-3, "ok"), ("t", "a", {"k": 5}, 4e-3, "ok")]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"target": t, "layer": w, "config": json.dumps(c), "latency": lat, "status": st}) + "\n"
+                            for t, w, c, lat, st in lines))
+    assert measured_configs(str(path), "t", "a") == ([{"k": 1}, {"k": 5}], [1e-3, 4e-3])
+    assert measured_configs(str(path), "t", "a", first_lines=4) == ([{"k": 1}], [1e-3])

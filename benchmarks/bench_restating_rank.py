@@ -1,0 +1,132 @@
+"""How well history from another CPU ranks this CPU's measured configs, as measured or
+restated for this CPU's vector width (``templates/vector_width.py``).
+
+No measurement: for each target layer, an XGBoost ranker (``search.warm_start.HistoryRanker``,
+the model the guided tuners order history with) is trained on the layer's priors exactly as
+``autotune tune`` gathers them, once as measured and once restated, and scores every config
+a measurement file holds for that layer on this CPU. Reported per layer: Spearman's rho of
+score against measured latency, and the best latency among the ranker's top 8 and top 32.
+A screen only: the configs in the file are those earlier tuners chose to measure.
+
+Run (the figures of run 32 in ``benchmarks/HISTORY_GUIDED.md``; H imported from
+``benchmarks/results/history_guided_llvm_run6_history.json``, a ``znver3`` history, on a
+``znver4``):
+
+    python benchmarks/bench_restating_rank.py --history-db H \\
+        --measurements benchmarks/results/history_guided_llvm_znver4_measurements.jsonl \\
+        --targets resnet18:0,resnet18:1,resnet18:4,mobilenetv2:5 --exclude resnet18:3,resnet18:7 \\
+        --first-lines 6556
+
+(the file's first 6,556 lines are run 31's, measured before restating existed; run 32
+appended configs its restated rankers chose, which would favour them.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def measured_configs(path: str, target_key: str, workload_key: str, first_lines: int | None = None
+                     ) -> tuple[list[dict], list[float]]:
+    """The valid configs a measurement file holds for one layer on one target (in its
+    first ``first_lines`` lines: the file as it stood before a later run appended)."""
+    configs, latencies = [], []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh):
+            if first_lines is not None and number >= first_lines:
+                break
+            rec = json.loads(line)
+            if rec["target"] == target_key and rec["layer"] == workload_key and rec["status"] == "ok":
+                configs.append(json.loads(rec["config"]))
+                latencies.append(float(rec["latency"]))
+    return configs, latencies
+
+
+def rank_quality(priors, space, layer, configs, latencies, seed: int = 0) -> dict:
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from search.features import encoder_for
+    from search.tuner import prior_groups
+    from search.warm_start import HistoryRanker
+
+    groups, _, perf = prior_groups(priors)
+    similarity = np.array([p.similarity * p.target_weight for p in priors])
+    features = layer.features()
+    encoder = encoder_for(space, len(features))
+    ranker = HistoryRanker([p.config for p in priors], [p.layer_features for p in priors], perf, similarity, groups,
+                           encoder, features, seed=seed)
+    score = ranker.predict(encoder.encode_configs(configs, features))
+    lat = np.asarray(latencies)
+    order = np.argsort(-score, kind="stable")
+    return {
+        "spearman": round(float(spearmanr(-score, lat)[0]), 3),
+        "best_of_top8_us": round(float(lat[order[:8]].min()) * 1e6, 1),
+        "best_of_top32_us": round(float(lat[order[:32]].min()) * 1e6, 1),
+        "best_measured_us": round(float(lat.min()) * 1e6, 1),
+        "configs": len(configs),
+        "priors": len(priors),
+        "restated": sum(p.restated for p in priors),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history-db", required=True, help="history with the other CPU's records")
+    parser.add_argument("--measurements", required=True, help="this CPU's measurement file (bench_history_guided.py)")
+    parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:4,mobilenetv2:5")
+    parser.add_argument("--exclude", default="", help="MODEL:INDEX layers kept out of history besides --targets")
+    parser.add_argument("--first-lines", type=int, metavar="N",
+                        help="read only the file's first N lines: the configs measured before a run that restated "
+                        "history appended its own, which its ranker chose")
+    parser.add_argument("--size", type=int, default=56)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="write the results as JSON")
+    args = parser.parse_args()
+
+    from bench_history_guided import layer_at, priors_for
+
+    from autotune.target import resolve_target
+    from history import open_history
+    from templates.meta_schedule_space import MetaScheduleSpace
+
+    target = resolve_target("llvm")
+    targets = [t for t in args.targets.split(",") if t]
+    kept_out = targets + [t for t in args.exclude.split(",") if t]
+    exclude = {layer_at(spec, args.size).workload_key for spec in kept_out}
+    rows = []
+    with open_history(args.history_db, readonly=True) as store:
+        for spec in targets:
+            layer = layer_at(spec, args.size)
+            configs, latencies = measured_configs(args.measurements, target.key, layer.workload_key, args.first_lines)
+            if not configs:
+                print(f"{spec}: no measurements on {target.key} in {args.measurements}", file=sys.stderr)
+                continue
+            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+            row = {"layer": spec}
+            for name, with_space in (("as_measured", None), ("restated", space)):
+                score, priors = priors_for(store, layer, target, exclude, space=with_space)
+                row["match_score"] = round(score, 3)
+                row[name] = rank_quality(priors, space, layer, configs, latencies, args.seed)
+            rows.append(row)
+            a, r = row["as_measured"], row["restated"]
+            print(f"{spec} (match {row['match_score']}, {r['configs']} configs, {r['restated']} of {r['priors']} "
+                  f"priors restated): spearman {a['spearman']} -> {r['spearman']}, best of top 8 "
+                  f"{a['best_of_top8_us']} -> {r['best_of_top8_us']} us, of top 32 {a['best_of_top32_us']} -> "
+                  f"{r['best_of_top32_us']} us (best measured {r['best_measured_us']})", flush=True)
+    result = {"benchmark": "restating_rank", "target": target.key, "arguments": vars(args), "layers": rows}
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
