@@ -96,6 +96,9 @@ def main() -> int:
     from history import open_history
     from templates.meta_schedule_space import MetaScheduleSpace
 
+    for path in (args.history_db, args.measurements):
+        if "://" not in path and not os.path.isfile(path):
+            raise SystemExit(f"error: no such file: {path}")
     target = resolve_target("llvm")
     targets = [t for t in args.targets.split(",") if t]
     kept_out = targets + [t for t in args.exclude.split(",") if t]
