@@ -5,7 +5,8 @@ Otherwise the score is the best importance-weighted similarity of this layer's
 features to a layer of the same op class that history has measured. Results for the
 same layer at another batch size (same batch-invariant key) count as near-exact:
 batch rarely changes the winning schedule. Records from other hardware inform
-transfer but are discounted and never count as an exact hit.
+transfer but are discounted, never count as an exact hit, and stand in only for layers
+the tuned target has not measured.
 """
 
 from __future__ import annotations
@@ -136,6 +137,13 @@ def match(
         same = row["target_key"] == target_key
         weight = 1.0 if same else other_target_discount
         neighbours.append(Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same))
+    # A layer this target has measured is taken from this target alone: another target's
+    # records of it would only displace this target's records of other layers. With
+    # both CPUs' histories of the same 30 layers, the `znver3`'s took slots on a `znver4`
+    # where its own history ranked less similar layers, and the first conv reached cold
+    # XGBoost's final at trial 41 instead of 21.5 (run 34, benchmarks/HISTORY_GUIDED.md).
+    measured_here = {n.workload.key for n in neighbours if n.same_target}
+    neighbours = [n for n in neighbours if n.same_target or n.workload.key not in measured_here]
     neighbours.sort(key=lambda n: -n.similarity)
     neighbours = neighbours[:max_neighbours]
     score = neighbours[0].similarity if neighbours else 0.0
