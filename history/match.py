@@ -139,9 +139,10 @@ def match(
         neighbours.append(Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same))
     # A layer this target has measured is taken from this target alone: another target's
     # records of it would only displace this target's records of other layers. With
-    # both CPUs' histories of the same 30 layers, the `znver3`'s took slots on a `znver4`
-    # where its own history ranked less similar layers, and the first conv reached cold
-    # XGBoost's final at trial 41 instead of 21.5 (run 34, benchmarks/HISTORY_GUIDED.md).
+    # both CPUs' histories of the same 30 layers, a `znver3` copy of a source layer took
+    # a neighbour slot on a `znver4` from a less similar `znver4` layer, and the first
+    # conv reached cold XGBoost's final at trial 41 instead of 21.5 (run 34,
+    # benchmarks/HISTORY_GUIDED.md).
     measured_here = {n.workload.key for n in neighbours if n.same_target}
     neighbours = [n for n in neighbours if n.same_target or n.workload.key not in measured_here]
     neighbours.sort(key=lambda n: -n.similarity)
