@@ -57,18 +57,19 @@ def test_priors_from_another_cpu_are_restated_and_this_cpus_are_not(tmp_path):
     here, there = TargetInfo("llvm", "znver4", "cpu-a"), TargetInfo("llvm", "znver3", "cpu-b")
     tuned = WorkloadInfo("t", "it", "conv2d", {}, 1e6, (1.0, 2.0))
     source = WorkloadInfo("s", "is", "conv2d", {}, 1e6, (1.0, 3.0))
+    other = WorkloadInfo("o", "io", "conv2d", {}, 1e6, (1.0, 4.0))  # measured on the other CPU only
     space = type("Space", (), {"knobs": [_tile(XX, 4)]})()
     with open_history(str(tmp_path / "h.db")) as store:
         for info in (here, there):
             store.register_target(info)
-        for w in (tuned, source):
+        for w in (tuned, source, other):
             store.register_workload(w)
-        for target in (here, there):
-            store.add_record(workload_key="s", target_key=target.key, space_id="s", config={XX: [1, 2, 1, 7]},
+        for key, target in (("s", here), ("o", there)):
+            store.add_record(workload_key=key, target_key=target.key, space_id="s", config={XX: [1, 2, 1, 7]},
                              samples=[1e-3], status="ok")
         m = match(store, tuned, here.key)
         priors = priors_from_match(store, m, space=space, lanes=16)
         as_measured = {p.workload_key: p.config[XX] for p in priors_from_match(store, m)}
-    assert {p.workload_key: p.config[XX] for p in priors} == {"s": [1, 2, 1, 7], f"s@{there.key}": [1, 1, 1, 14]}
-    assert {p.workload_key: p.restated for p in priors} == {"s": False, f"s@{there.key}": True}
-    assert as_measured == {"s": [1, 2, 1, 7], f"s@{there.key}": [1, 2, 1, 7]}
+    assert {p.workload_key: p.config[XX] for p in priors} == {"s": [1, 2, 1, 7], f"o@{there.key}": [1, 1, 1, 14]}
+    assert {p.workload_key: p.restated for p in priors} == {"s": False, f"o@{there.key}": True}
+    assert as_measured == {"s": [1, 2, 1, 7], f"o@{there.key}": [1, 2, 1, 7]}
