@@ -572,6 +572,7 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
     carry the match's weight for other hardware. Given the tuned layer's ``space`` and
     the tuned CPU's float ``lanes``, a record from a CPU of another vector width is
     restated for this one (:mod:`templates.vector_width`)."""
+    from history import split_target_key
     from search.tuner import PriorRecord
     from templates.vector_width import restate_vector_width, vector_axis_knobs
 
@@ -579,8 +580,8 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
     priors = []
     for nb in m.neighbours:
         group = nb.workload.key if nb.same_target else f"{nb.workload.key}@{nb.target_key}"
-        kind, _, rest = nb.target_key.partition(":")
-        from_lanes = None if nb.same_target or not vector_knobs else float_lanes(kind, rest.partition(":")[0])
+        kind, arch, _ = split_target_key(nb.target_key)
+        from_lanes = None if nb.same_target or not vector_knobs else float_lanes(kind, arch)
         for rec in store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=per_workload):
             config = rec.config
             if from_lanes and from_lanes != lanes:

@@ -721,7 +721,7 @@ def main() -> int:
         return 0
 
     from autotune.target import resolve_target
-    from history import open_history
+    from history import open_history, split_target_key
     from templates.meta_schedule_space import MetaScheduleSpace
 
     t_start = time.perf_counter()
@@ -735,7 +735,7 @@ def main() -> int:
         replay_key = args.replay_target or (keys[0] if len(keys) == 1 else None)
         if replay_key not in keys:
             raise SystemExit(f"--replay-target must be one of the file's targets: {', '.join(keys) or 'none found'}")
-        kind, arch, device = replay_key.split(":", 2)
+        kind, arch, device = split_target_key(replay_key)
         if (kind, arch) != (target.kind, target.arch):
             same = f"'{{\"kind\": \"llvm\", \"mcpu\": \"{arch}\"}}'" if kind == "llvm" else f"{kind}:{arch}"
             raise SystemExit(f"--target {target.kind}:{target.arch} does not build the spaces of {replay_key}: use --target {same}")

@@ -20,6 +20,7 @@ from .models import (
     WorkloadInfo,
     canonical_json,
     config_hash,
+    split_target_key,
 )
 from .schema import SCHEMA_VERSION
 from .store import HistoryStore, open_history
@@ -44,4 +45,5 @@ __all__ = [
     "mask_url",
     "open_history",
     "resolve_location",
+    "split_target_key",
 ]

@@ -69,6 +69,15 @@ class TargetInfo:
         return f"{self.kind}:{self.arch}:{self.device_name}"
 
 
+def split_target_key(key: str) -> tuple[str, str, str]:
+    """(kind, arch, device name) of a :attr:`TargetInfo.key`: records and neighbours
+    carry only the key, and what another target can tell the tuned one depends on its
+    kind and arch. The device name may itself hold colons."""
+    kind, _, rest = key.partition(":")
+    arch, _, device = rest.partition(":")
+    return kind, arch, device
+
+
 @dataclass(frozen=True)
 class WorkloadInfo:
     """One operator instance (shapes, dtype, attrs) that configs are tuned for."""
