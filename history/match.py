@@ -120,6 +120,7 @@ def match(
     if best is not None:
         return MatchResult(1.0, True, best)
     neighbours: list[Neighbour] = []
+    n_ok: dict[tuple[str, str], int] = {}  # (workload, target) -> successful records
     same_class = {w.key: w for w in store.workloads(op_class=workload.op_class)}
     rows = store.summary(searched_only=True) if summary is None else summary
     for row in rows:  # a default-schedule timing is no evidence (searched_only)
@@ -137,14 +138,21 @@ def match(
         same = row["target_key"] == target_key
         weight = 1.0 if same else other_target_discount
         neighbours.append(Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same))
+        n_ok[(other.key, row["target_key"])] = int(row["n_ok"])
     # A layer this target has measured is taken from this target alone: another target's
     # records of it would only displace this target's records of other layers. With
     # both CPUs' histories of the same 30 layers, a `znver3` copy of a source layer took
     # a neighbour slot on a `znver4` from a less similar `znver4` layer, and the first
     # conv reached cold XGBoost's final at trial 41 instead of 21.5 (run 34,
-    # benchmarks/HISTORY_GUIDED.md).
-    measured_here = {n.workload.key for n in neighbours if n.same_target}
-    neighbours = [n for n in neighbours if n.same_target or n.workload.key not in measured_here]
+    # benchmarks/HISTORY_GUIDED.md). Unless this target's copy is thin (fewer than half
+    # the other's successful records: a one-trial probe here, a full run there): then
+    # the other copy comes along, holding what this target has not measured yet.
+    here = {n.workload.key: n_ok[(n.workload.key, n.target_key)] for n in neighbours if n.same_target}
+    neighbours = [
+        n for n in neighbours
+        if n.same_target or n.workload.key not in here
+        or 2 * here[n.workload.key] < n_ok[(n.workload.key, n.target_key)]
+    ]
     neighbours.sort(key=lambda n: -n.similarity)
     neighbours = neighbours[:max_neighbours]
     score = neighbours[0].similarity if neighbours else 0.0

@@ -120,6 +120,28 @@ def test_a_layer_this_target_measured_is_not_taken_from_another(store):
     assert [nb.target_key for nb in match(store, w, CPU.key, max_neighbours=1).neighbours] == [CPU.key]
 
 
+def test_a_layer_measured_more_fully_elsewhere_comes_along(store):
+    """This target's one probe of a layer does not shut out another target's fuller run
+    of it (three times the records): both copies are neighbours, this target's first,
+    and both feed the priors."""
+    from autotune.tune import priors_from_match
+
+    w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
+    for wl in (w, near):
+        store.register_workload(wl)
+    _ok(store, "n", CPU, 1e-3)
+    for lat in (1e-5, 2e-5, 3e-5):
+        _ok(store, "n", GPU, lat)
+    m = match(store, w, CPU.key)
+    assert [(nb.workload.key, nb.target_key) for nb in m.neighbours] == [("n", CPU.key), ("n", GPU.key)]
+    assert m.score == pytest.approx(similarity(w.features, near.features))
+    groups = [p.workload_key for p in priors_from_match(store, m)]
+    assert sorted(groups) == sorted(["n"] + [f"n@{GPU.key}"] * 3)
+    # once this target has at least half the other's records of it, its copy alone is taken
+    _ok(store, "n", CPU, 2e-3)
+    assert [nb.target_key for nb in match(store, w, CPU.key).neighbours] == [CPU.key]
+
+
 def test_same_layer_other_batch_counts_as_near_exact(store):
     a, b = _wl("a", "inv", [0.0, 5.0]), _wl("b", "inv", [1.0, 5.0])
     store.register_workload(a)
