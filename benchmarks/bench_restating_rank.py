@@ -27,25 +27,35 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Collection
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-def measured_configs(path: str, target_key: str, workload_key: str, first_lines: int | None = None
-                     ) -> tuple[list[dict], list[float]]:
-    """The valid configs a measurement file holds for one layer on one target (in its
-    first ``first_lines`` lines: the file as it stood before a later run appended)."""
-    configs, latencies = [], []
+def measured_by_layer(path: str, target_key: str, workload_keys: Collection[str], first_lines: int | None = None
+                      ) -> dict[str, tuple[list[dict], list[float]]]:
+    """Layer -> the valid configs and their latencies a measurement file holds for it on
+    one target (in its first ``first_lines`` lines: the file as it stood before a later
+    run appended), for the layers ``workload_keys``, in one pass over the file."""
+    out: dict[str, tuple[list[dict], list[float]]] = {k: ([], []) for k in workload_keys}
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh):
             if first_lines is not None and number >= first_lines:
                 break
             rec = json.loads(line)
-            if rec["target"] == target_key and rec["layer"] == workload_key and rec["status"] == "ok":
-                configs.append(json.loads(rec["config"]))
-                latencies.append(float(rec["latency"]))
-    return configs, latencies
+            slot = out.get(rec["layer"])
+            if slot is not None and rec["target"] == target_key and rec["status"] == "ok":
+                slot[0].append(json.loads(rec["config"]))
+                slot[1].append(float(rec["latency"]))
+    return out
+
+
+def measured_configs(path: str, target_key: str, workload_key: str, first_lines: int | None = None
+                     ) -> tuple[list[dict], list[float]]:
+    """The valid configs a measurement file holds for one layer on one target
+    (:func:`measured_by_layer` of that layer alone)."""
+    return measured_by_layer(path, target_key, [workload_key], first_lines)[workload_key]
 
 
 def rank_quality(priors, space, layer, configs, latencies, seed: int = 0) -> dict:
@@ -90,9 +100,11 @@ def main() -> int:
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args()
 
-    from bench_history_guided import layer_at, priors_for
+    from bench_history_guided import layer_at
 
-    from autotune.target import resolve_target
+    from autotune.target import float_lanes, resolve_target
+    from autotune.tune import priors_from_match
+    from history.match import match
     from history import open_history
     from templates.meta_schedule_space import MetaScheduleSpace
 
@@ -103,19 +115,23 @@ def main() -> int:
     targets = [t for t in args.targets.split(",") if t]
     kept_out = targets + [t for t in args.exclude.split(",") if t]
     exclude = {layer_at(spec, args.size).workload_key for spec in kept_out}
+    layers = {spec: layer_at(spec, args.size) for spec in targets}
+    measured = measured_by_layer(args.measurements, target.key, {layer.workload_key for layer in layers.values()},
+                                 args.first_lines)
+    lanes = float_lanes(target.kind, target.arch)
     rows = []
     with open_history(args.history_db, readonly=True) as store:
-        for spec in targets:
-            layer = layer_at(spec, args.size)
-            configs, latencies = measured_configs(args.measurements, target.key, layer.workload_key, args.first_lines)
+        for spec, layer in layers.items():
+            configs, latencies = measured[layer.workload_key]
             if not configs:
                 print(f"{spec}: no measurements on {target.key} in {args.measurements}", file=sys.stderr)
                 continue
             space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-            row = {"layer": spec}
+            # one match (as `autotune tune` makes it), its records taken as they are and restated
+            m = match(store, layer.workload_info(), target.key, exclude=exclude)
+            row = {"layer": spec, "match_score": round(m.score, 3)}
             for name, with_space in (("as_measured", None), ("restated", space)):
-                score, priors = priors_for(store, layer, target, exclude, space=with_space)
-                row["match_score"] = round(score, 3)
+                priors = priors_from_match(store, m, space=with_space, lanes=lanes)
                 row[name] = rank_quality(priors, space, layer, configs, latencies, args.seed)
             rows.append(row)
             a, r = row["as_measured"], row["restated"]
