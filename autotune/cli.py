@@ -189,6 +189,11 @@ def cmd_tune(args) -> int:
     _positive(args.trials, "--trials")
     _positive(args.batch, "--batch")
     _positive(args.run_timeout, "--run-timeout")
+    _positive(args.repeat, "--repeat")
+    _positive(args.min_trials, "--min-trials", zero_ok=True)
+    if args.max_layers is not None:
+        _positive(args.max_layers, "--max-layers")
+    _match_thresholds(args.low, args.high)
     shapes = parse_input_shapes(args.input_shape)
     target = resolve_target(args.target)
     options = TuneOptions(
@@ -320,6 +325,9 @@ def cmd_run(args) -> int:
 
     from autotune.run import load_metadata, onnx_reference, run_module, seeded_inputs
 
+    _positive(args.repeat, "--repeat")
+    _positive(args.rtol, "--rtol", zero_ok=True)
+    _positive(args.atol, "--atol", zero_ok=True)
     result = run_module(args.module, seed=args.seed, repeat=args.repeat)
     outputs = result.pop("output_arrays")
     if args.check:
@@ -519,11 +527,21 @@ def _version() -> str:
     return __version__
 
 
-def _positive(value: int, flag: str) -> None:
+def _positive(value: float, flag: str, *, zero_ok: bool = False) -> None:
     from autotune.errors import AutotuneError
 
-    if value is None or value <= 0:
-        raise AutotuneError(f"{flag} must be a positive number")
+    if value is None or value < 0 or (value == 0 and not zero_ok):
+        raise AutotuneError(f"{flag} must be {'0 or more' if zero_ok else 'a positive number'}")
+
+
+def _match_thresholds(low: float, high: float) -> None:
+    """Both are match scores, which lie in [0, 1]; a --low above --high would send the
+    layers between them to the guided GA and none to transfer XGBoost, which no one
+    means. (--high 1 turns the guided GA off: short of an exact hit, a match is 0.99 at most.)"""
+    from autotune.errors import AutotuneError
+
+    if not 0.0 <= low <= high <= 1.0:
+        raise AutotuneError(f"--low and --high are match scores: need 0 <= --low <= --high <= 1, got --low {low:g} --high {high:g}")
 
 
 def _check_tuner(name: str) -> None:

@@ -138,11 +138,35 @@ def test_unknown_tuner(capsys, env):
     assert not (env / "tune.db").exists()
 
 
-@pytest.mark.parametrize("flag", ["--trials", "--batch"])
+@pytest.mark.parametrize("flag", ["--trials", "--batch", "--repeat", "--max-layers"])
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_non_positive_counts(capsys, env, flag, value):
     _user_error(capsys, _tune("--target", "llvm", flag, value), contains=(f"{flag} must be a positive",))
     assert not (env / "tune.db").exists()
+
+
+def test_negative_min_trials(capsys, env):
+    _user_error(capsys, _tune("--target", "llvm", "--min-trials", "-1"), contains=("--min-trials must be 0 or more",))
+    assert not (env / "tune.db").exists()
+
+
+@pytest.mark.parametrize("low,high", [("0.05", "2"), ("0.9", "0.5"), ("-0.1", "0.8")])
+def test_match_thresholds_out_of_order_or_range(capsys, env, low, high):
+    """Scores lie in [0, 1], and --low above --high would leave transfer XGBoost no layer."""
+    line = _user_error(capsys, _tune("--target", "llvm", "--low", low, "--high", high))
+    assert "0 <= --low <= --high <= 1" in line and f"--high {float(high):g}" in line
+    assert not (env / "tune.db").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_run_needs_a_positive_repeat(capsys, env, tmp_path, value):
+    _user_error(capsys, ["run", str(tmp_path / "model.so"), "--repeat", value], contains=("--repeat must be a positive",))
+
+
+@pytest.mark.parametrize("flag", ["--rtol", "--atol"])
+def test_run_refuses_a_negative_tolerance(capsys, env, tmp_path, flag):
+    """A negative tolerance fails every check: a mistake, not a mismatch."""
+    _user_error(capsys, ["run", str(tmp_path / "model.so"), flag, "-0.001"], contains=(f"{flag} must be 0 or more",))
 
 
 def test_tune_cuda_without_gpu(capsys, env):
