@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_history_import)
 
     p = sub.add_parser("report", help="print a tuning run's summary again and write its plots")
-    p.add_argument("run", help="MLflow run id, or a run directory holding report.json")
+    p.add_argument("run", help="the run id tune printed, a run directory holding report.json, or an MLflow run id")
     p.add_argument("--mlflow-uri")
     p.add_argument("--out-dir", help="where to write the plot and CSV (default: a folder named after the run)")
     _json_arg(p)

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -369,11 +370,35 @@ def _read_report_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None) -> dict[str, Any]:
-    """Load a report from a directory (or file) holding report.json, or from an MLflow run id.
+#: What an autotune or MLflow run id can look like (hex, as both make them); anything else
+#: is neither looked up as a directory name under the home nor put into a search filter.
+_RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
-    For a run id, the ``report.json`` artifact is downloaded through MlflowClient from the store that
-    ``Tracker.create`` would use (argument, then MLFLOW_TRACKING_URI, then the local default).
+
+def _tagged_run(client: Any, autotune_run_id: str) -> str | None:
+    """The MLflow run ``tune`` tagged with this autotune run id (the newest, should a
+    copied store hold two), or None."""
+    if not _RUN_ID.fullmatch(autotune_run_id):
+        return None
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
+        return None
+    runs = client.search_runs(
+        experiments, filter_string=f"tags.`autotune.run_id` = '{autotune_run_id}'",
+        order_by=["attributes.start_time DESC"], max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None) -> dict[str, Any]:
+    """Load a report from a directory (or file) holding report.json, from an autotune run id
+    (what ``tune`` and ``history runs`` print), or from an MLflow run id.
+
+    An autotune run id is looked up first in ``runs/RUN_ID`` under the autotune home, where
+    ``tune`` writes its report unless ``--out-dir`` moved it, then among MLflow runs tagged
+    with it. An MLflow run's ``report.json`` artifact is downloaded through MlflowClient from
+    the store that ``Tracker.create`` would use (argument, then MLFLOW_TRACKING_URI, then the
+    local default).
     """
     path = Path(run_id_or_dir).expanduser()
     if path.is_dir():
@@ -385,6 +410,12 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
         return _read_report_file(path)
 
     run_id = str(run_id_or_dir).strip()
+    if _RUN_ID.fullmatch(run_id):
+        from history.location import autotune_home
+
+        local = Path(autotune_home()) / "runs" / run_id / REPORT_JSON
+        if local.is_file():
+            return _read_report_file(local)
     from autotune.tracking import _fast_fail_http, _one_line, _quiet_mlflow, env_defaults, open_client
 
     client, uri = open_client(tracking_uri)
@@ -398,9 +429,12 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
             except MlflowException as exc:
                 if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                     raise
-                raise AutotuneError(
-                    f"{run_id!r} is neither a directory with {REPORT_JSON} nor a run in tracking store {uri}"
-                ) from None
+                tagged = _tagged_run(client, run_id)
+                if tagged is None:
+                    raise AutotuneError(
+                        f"{run_id!r} is neither a directory with {REPORT_JSON} nor a run in tracking store {uri}"
+                    ) from None
+                run_id = tagged
             with tempfile.TemporaryDirectory(prefix="autotune-report-") as tmp:
                 try:
                     local = client.download_artifacts(run_id, REPORT_JSON, tmp)

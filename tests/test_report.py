@@ -170,6 +170,28 @@ def test_write_artifacts_and_load_from_dir(tmp_path: Path) -> None:
     assert load_report(str(tmp_path / "out" / "report.json")) == report
 
 
+def test_load_report_by_autotune_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The id ``tune`` prints first and ``history runs`` lists: found under the autotune
+    home where ``tune`` writes reports, else through the MLflow run tagged with it (a
+    report written to an --out-dir elsewhere)."""
+    from autotune.tracking import Tracker, finish_with_report
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home"))
+    uri = f"sqlite:///{(tmp_path / 'store' / 'mlflow.db').as_posix()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    report = make_report()
+    write_artifacts(dict(report, model="in-home"), tmp_path / "home" / "runs" / "0a1b2c3d4e5f")
+    assert load_report("0a1b2c3d4e5f")["model"] == "in-home"  # no MLflow run needed
+    with Tracker.create(True, uri) as tracker:
+        tracker.start("tune-resnet18", tags={"autotune.run_id": "feedc0ffee00"})
+        finish_with_report(tracker, report, tmp_path / "elsewhere")
+    loaded = load_report("feedc0ffee00")
+    assert loaded["run_id"] == tracker.run_id and loaded["layers"] == report["layers"]
+    for unknown in ("abcdef012345", "x' OR '1'='1"):
+        with pytest.raises(AutotuneError, match="neither a directory"):
+            load_report(unknown)
+
+
 def test_load_report_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(AutotuneError, match="no report.json"):
