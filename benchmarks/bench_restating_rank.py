@@ -51,13 +51,6 @@ def measured_by_layer(path: str, target_key: str, workload_keys: Collection[str]
     return out
 
 
-def measured_configs(path: str, target_key: str, workload_key: str, first_lines: int | None = None
-                     ) -> tuple[list[dict], list[float]]:
-    """The valid configs a measurement file holds for one layer on one target
-    (:func:`measured_by_layer` of that layer alone)."""
-    return measured_by_layer(path, target_key, [workload_key], first_lines)[workload_key]
-
-
 def rank_quality(priors, space, layer, configs, latencies, seed: int = 0) -> dict:
     import numpy as np
     from scipy.stats import spearmanr
@@ -104,8 +97,8 @@ def main() -> int:
 
     from autotune.target import float_lanes, resolve_target
     from autotune.tune import priors_from_match
-    from history.match import match
     from history import open_history
+    from history.match import match
     from templates.meta_schedule_space import MetaScheduleSpace
 
     for path in (args.history_db, args.measurements):

@@ -315,12 +315,15 @@ def test_the_result_records_what_was_kept_out_of_history(tmp_path, monkeypatch):
 def test_restating_rank_reads_one_layers_valid_configs_up_to_a_line(tmp_path):
     """bench_restating_rank.py screens on the file as it stood before a run appended the
     configs its own rankers chose: ``first_lines`` must cut there."""
-    from bench_restating_rank import measured_configs
+    from bench_restating_rank import measured_by_layer
 
     lines = [("t", "a", {"k": 1}, 1e-3, "ok"), ("t", "a", {"k": 2}, None, "build_error"), ("u", "a", {"k": 3}, 2e-3, "ok"),
              ("t", "b", {"k": 4}, 3e-3, "ok"), ("t", "a", {"k": 5}, 4e-3, "ok")]
     path = tmp_path / "m.jsonl"
     path.write_text("".join(json.dumps({"target": t, "layer": w, "config": json.dumps(c), "latency": lat, "status": st}) + "\n"
                             for t, w, c, lat, st in lines))
-    assert measured_configs(str(path), "t", "a") == ([{"k": 1}, {"k": 5}], [1e-3, 4e-3])
-    assert measured_configs(str(path), "t", "a", first_lines=4) == ([{"k": 1}], [1e-3])
+    assert measured_by_layer(str(path), "t", ["a"]) == {"a": ([{"k": 1}, {"k": 5}], [1e-3, 4e-3])}
+    assert measured_by_layer(str(path), "t", ["a"], first_lines=4) == {"a": ([{"k": 1}], [1e-3])}
+    # several layers in one pass; a layer the file lacks has nothing
+    assert measured_by_layer(str(path), "t", ["a", "b", "c"], first_lines=4) == {
+        "a": ([{"k": 1}], [1e-3]), "b": ([{"k": 4}], [3e-3]), "c": ([], [])}
