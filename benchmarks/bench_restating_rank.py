@@ -106,9 +106,9 @@ def main() -> int:
             raise SystemExit(f"error: no such file: {path}")
     target = resolve_target("llvm")
     targets = [t for t in args.targets.split(",") if t]
-    kept_out = targets + [t for t in args.exclude.split(",") if t]
-    exclude = {layer_at(spec, args.size).workload_key for spec in kept_out}
     layers = {spec: layer_at(spec, args.size) for spec in targets}
+    extra = [layer_at(spec, args.size) for spec in args.exclude.split(",") if spec]
+    exclude = {layer.workload_key for layer in [*layers.values(), *extra]}
     measured = measured_by_layer(args.measurements, target.key, {layer.workload_key for layer in layers.values()},
                                  args.first_lines)
     lanes = float_lanes(target.kind, target.arch)

@@ -6,7 +6,7 @@ features to a layer of the same op class that history has measured. Results for 
 same layer at another batch size (same batch-invariant key) count as near-exact:
 batch rarely changes the winning schedule. Records from other hardware inform
 transfer but are discounted, never count as an exact hit, and stand in only for layers
-the tuned target has not measured.
+the tuned target has not measured, or has measured thinly.
 """
 
 from __future__ import annotations
@@ -119,8 +119,7 @@ def match(
     best = None if workload.key in exclude else exact_hit(store, workload.key, target_key, space_id=space_id)
     if best is not None:
         return MatchResult(1.0, True, best)
-    neighbours: list[Neighbour] = []
-    n_ok: dict[tuple[str, str], int] = {}  # (workload, target) -> successful records
+    candidates: list[tuple[Neighbour, int]] = []  # with its count of successful records
     same_class = {w.key: w for w in store.workloads(op_class=workload.op_class)}
     rows = store.summary(searched_only=True) if summary is None else summary
     for row in rows:  # a default-schedule timing is no evidence (searched_only)
@@ -137,8 +136,7 @@ def match(
             sim = similarity(workload.features, other.features, weights)
         same = row["target_key"] == target_key
         weight = 1.0 if same else other_target_discount
-        neighbours.append(Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same))
-        n_ok[(other.key, row["target_key"])] = int(row["n_ok"])
+        candidates.append((Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same), int(row["n_ok"])))
     # A layer this target has measured is taken from this target alone: another target's
     # records of it would only displace this target's records of other layers. With
     # both CPUs' histories of the same 30 layers, a `znver3` copy of a source layer took
@@ -147,12 +145,8 @@ def match(
     # benchmarks/HISTORY_GUIDED.md). Unless this target's copy is thin (fewer than half
     # the other's successful records: a one-trial probe here, a full run there): then
     # the other copy comes along, holding what this target has not measured yet.
-    here = {n.workload.key: n_ok[(n.workload.key, n.target_key)] for n in neighbours if n.same_target}
-    neighbours = [
-        n for n in neighbours
-        if n.same_target or n.workload.key not in here
-        or 2 * here[n.workload.key] < n_ok[(n.workload.key, n.target_key)]
-    ]
+    here = {n.workload.key: n_ok for n, n_ok in candidates if n.same_target}
+    neighbours = [n for n, n_ok in candidates if n.same_target or 2 * here.get(n.workload.key, 0) < n_ok]
     neighbours.sort(key=lambda n: -n.similarity)
     neighbours = neighbours[:max_neighbours]
     score = neighbours[0].similarity if neighbours else 0.0
