@@ -22,12 +22,6 @@ from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 EXIT_USAGE = 2
 
 
-def _home() -> Path:
-    from history.location import autotune_home
-
-    return Path(autotune_home())
-
-
 # --- shared options ----------------------------------------------------------------------
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="bundled model name (see 'autotune zoo list') or path/to/model.onnx")
@@ -177,122 +171,58 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- commands -------------------------------------------------------------------------------
 def cmd_tune(args) -> int:
+    from autotune import api
     from autotune import report as reporting
     from autotune.frontend import parse_input_shapes
-    from autotune.measure import MeasureOptions
-    from autotune.progress import make_reporter
-    from autotune.target import resolve_target
-    from autotune.tracking import Tracker, finish_with_report
-    from autotune.tune import TuneOptions, TuneSession, ensure_measurable
-    from history import open_history
 
-    _positive(args.trials, "--trials")
-    _positive(args.batch, "--batch")
-    _positive(args.run_timeout, "--run-timeout")
-    _positive(args.repeat, "--repeat")
-    _positive(args.min_trials, "--min-trials", zero_ok=True)
-    if args.max_layers is not None:
-        _positive(args.max_layers, "--max-layers")
-    _match_thresholds(args.low, args.high)
-    shapes = parse_input_shapes(args.input_shape)
-    target = resolve_target(args.target)
-    options = TuneOptions(
+    mode = "json" if args.json else ("quiet" if args.quiet else "rich")
+    report = api.tune(
+        args.model, target=args.target, history=args.history, out=args.out, out_dir=args.out_dir,
+        mlflow=not args.no_mlflow, mlflow_uri=args.mlflow_uri, input_shapes=parse_input_shapes(args.input_shape),
+        size=args.size, batch_size=args.batch_size, progress=mode,
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
-        high=args.high, low=args.low, batch_norm=args.batch_norm, budget_split=args.budget_split, probes=args.probes, measure=MeasureOptions(repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout),
+        high=args.high, low=args.low, batch_norm=args.batch_norm, budget_split=args.budget_split, probes=args.probes,
+        repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout,
     )
-    _check_tuner(args.tuner)
-    ensure_measurable(target, args.rpc)
-    if args.rpc:  # the server's hardware names the records and shapes the code
-        from autotune.remote import remote_target
-
-        target = remote_target(args.target, args.rpc)
-    if args.out:
-        from autotune.compile import check_output_path
-
-        check_output_path(args.out)
-    # MLflow first: a store it refuses must not leave a new, empty history behind
-    tracker = Tracker.create(not args.no_mlflow, args.mlflow_uri)
-    store = open_history(args.history)
-    mode = "json" if args.json else ("quiet" if args.quiet else "rich")
-    session = TuneSession(target, store, options, tracker=tracker, reporter=make_reporter(mode))
-    try:
-        with tracker:
-            report = session.tune_model(args.model, input_shapes=shapes, size=args.size, batch_size=args.batch_size)
-            out_dir = Path(args.out_dir) if args.out_dir else _home() / "runs" / session.run_id
-            report["mlflow_run_id"] = tracker.run_id
-            for path in _write_decomposition(session.decomposition, out_dir):
-                tracker.log_artifact(str(path))
-            if args.out:
-                from autotune.compile import compile_model, sidecar
-
-                report["export"] = compile_model(
-                    args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size,
-                    batch_size=args.batch_size, batch_norm=args.batch_norm,
-                )
-                tracker.log_artifact(args.out, "module")
-                tracker.log_artifact(str(sidecar(args.out)), "module")
-            finish_with_report(tracker, report, out_dir)
-    finally:
-        session.close()
-        store.close()
     if args.json:
         print(json.dumps({"event": "report", **report}, default=str))
     else:
         print(reporting.format_table(report))
         if report.get("history_note"):
             print(f"note: {report['history_note']}")
-        print(f"report: {out_dir}" + (f"   mlflow run: {tracker.run_id}" if tracker.run_id else ""))
+        print(f"report: {report['report_dir']}" + (f"   mlflow run: {report['mlflow_run_id']}" if report.get("mlflow_run_id") else ""))
     return 0
 
 
-def _write_decomposition(layers, out_dir: Path) -> list[Path]:
-    """The model's layer table, as text and JSON, beside the run's report."""
-    from autotune.decompose import format_table
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    text = out_dir / "decomposition.txt"
-    text.write_text(format_table(layers), encoding="utf-8")
-    data = out_dir / "decomposition.json"
-    data.write_text(json.dumps([layer.to_dict() for layer in layers], indent=1), encoding="utf-8")
-    return [text, data]
-
-
 def cmd_layers(args) -> int:
-    from autotune import decompose, frontend
+    from autotune import api, decompose
+    from autotune.frontend import parse_input_shapes
 
-    spec, mod = frontend.load_and_fuse(
-        args.model, input_shapes=frontend.parse_input_shapes(args.input_shape), size=args.size, batch_size=args.batch_size,
+    found = api.layers(
+        args.model, input_shapes=parse_input_shapes(args.input_shape), size=args.size, batch_size=args.batch_size,
         batch_norm=args.batch_norm,
     )
-    layers = decompose.decompose(mod, batch_size=args.batch_size)
+    layers = found["layers"]
     if args.json:
-        print(json.dumps({"model": spec.name, "inputs": spec.input_shapes, "layers": [l.to_dict() for l in layers]}))
+        print(json.dumps({**found, "layers": [l.to_dict() for l in layers]}))
     else:
         print(decompose.format_table(layers))
         tunable = sum(1 for l in layers if l.tunable)
-        print(f"{spec.name}: {len(layers)} layers ({tunable} tunable), {sum(l.flops * l.occurrences for l in layers) / 1e9:.2f} GFLOP")
+        print(f"{found['model']}: {len(layers)} layers ({tunable} tunable), {sum(l.flops * l.occurrences for l in layers) / 1e9:.2f} GFLOP")
     return 0
 
 
 def cmd_compile(args) -> int:
-    from autotune.compile import compile_model
+    from autotune import api
     from autotune.frontend import parse_input_shapes
-    from autotune.target import resolve_target
-    from history import open_history
 
     shapes = parse_input_shapes(args.input_shape)
-    target = resolve_target(args.target)
-    store = open_history(args.history, create=False, readonly=True) if _history_exists(args.history) else None
-    try:
-        with _status_line(quiet=args.json) as say:
-            summary = compile_model(
-                args.model, args.out, target=target, store=store, input_shapes=shapes, size=args.size, batch_size=args.batch_size,
-                batch_norm=args.batch_norm, step=say,
-            )
-    finally:
-        if store is not None:
-            store.close()
+    with _status_line(quiet=args.json) as say:
+        summary = api.compile(
+            args.model, args.out, target=args.target, history=args.history, input_shapes=shapes, size=args.size,
+            batch_size=args.batch_size, batch_norm=args.batch_norm, step=say,
+        )
     if args.json:
         print(json.dumps(summary))
     else:
@@ -321,29 +251,9 @@ def _status_line(*, quiet: bool):
 
 
 def cmd_run(args) -> int:
-    import numpy as np
+    from autotune import api
 
-    from autotune.run import load_metadata, onnx_reference, run_module, seeded_inputs
-
-    _positive(args.repeat, "--repeat")
-    _positive(args.rtol, "--rtol", zero_ok=True)
-    _positive(args.atol, "--atol", zero_ok=True)
-    result = run_module(args.module, seed=args.seed, repeat=args.repeat)
-    outputs = result.pop("output_arrays")
-    if args.check:
-        from autotune.frontend import load_model
-
-        meta = load_metadata(args.module)
-        zoo_info = meta.get("zoo") or {}
-        if zoo_info.get("name") == args.check and not Path(args.check).exists():
-            # rebuild exactly the zoo model that was compiled (same size, batch and weights)
-            spec = load_model(args.check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
-        else:
-            spec = load_model(args.check, input_shapes={k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
-        want = onnx_reference(spec.proto, seeded_inputs(meta, args.seed))
-        errs = [float(np.max(np.abs(g - w))) if g.shape == w.shape else float("inf") for g, w in zip(outputs, want)]
-        ok = len(want) == len(outputs) and all(np.allclose(g, w, rtol=args.rtol, atol=args.atol) for g, w in zip(outputs, want))
-        result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None, "ok": ok}
+    result = api.run(args.module, seed=args.seed, repeat=args.repeat, check=args.check, rtol=args.rtol, atol=args.atol)
     if args.json:
         print(json.dumps(result))
     else:
@@ -527,39 +437,9 @@ def _version() -> str:
     return __version__
 
 
-def _positive(value: float, flag: str, *, zero_ok: bool = False) -> None:
-    from autotune.errors import AutotuneError
-
-    if value is None or value < 0 or (value == 0 and not zero_ok):
-        raise AutotuneError(f"{flag} must be {'0 or more' if zero_ok else 'a positive number'}")
-
-
-def _match_thresholds(low: float, high: float) -> None:
-    """Both are match scores, which lie in [0, 1]; a --low above --high would send the
-    layers between them to the guided GA and none to transfer XGBoost, which no one
-    means. (--high 1 turns the guided GA off: short of an exact hit, a match is 0.99 at most.)"""
-    from autotune.errors import AutotuneError
-
-    if not 0.0 <= low <= high <= 1.0:
-        raise AutotuneError(f"--low and --high are match scores: need 0 <= --low <= --high <= 1, got --low {low:g} --high {high:g}")
-
-
-def _check_tuner(name: str) -> None:
-    from autotune.errors import AutotuneError
-    from search import TUNERS
-
-    if name != "auto" and name not in TUNERS:
-        raise AutotuneError(f"unknown tuner {name!r}; choose auto or one of {', '.join(TUNERS)}")
-
-
-def _history_exists(location: str | None) -> bool:
-    """compile reads history if there is one; a missing default file means 'no history'."""
-    from history import resolve_location
-
-    url = resolve_location(location)
-    if not url.startswith("sqlite:///"):
-        return True
-    return Path(url[len("sqlite:///"):]).exists() or location is not None
+def _flag(option: str) -> str:
+    """The flag the CLI spells an API option with: ``min_trials`` -> ``--min-trials``."""
+    return "--" + option.replace("_", "-")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -588,7 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             pass
         if isinstance(err, user_errors):
-            print(f"autotune: error: {err}", file=sys.stderr)
+            from autotune.errors import OptionError
+
+            line = err.spelled(_flag) if isinstance(err, OptionError) else str(err)
+            print(f"autotune: error: {line}", file=sys.stderr)
             return EXIT_USAGE
         raise
 

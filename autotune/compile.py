@@ -95,16 +95,34 @@ def build(mod, target: TargetSpec):
 
 
 def check_output_path(out: str | os.PathLike) -> Path:
-    """Fail before any work when the export could not be written."""
+    """Fail before any work when ``out`` could not be written.
+
+    Missing parent directories are fine (they are made when the file is written, as
+    ``zoo export`` does): what must hold is that the nearest existing one is a directory
+    this process may write in, and that ``out`` itself is not a directory.
+    """
     out = Path(out)
     if out.is_dir():
-        raise AutotuneError(f"--out is a directory: {out}")
-    parent = out.resolve().parent
-    if not parent.is_dir():
-        raise AutotuneError(f"output directory does not exist: {parent}")
-    if not os.access(parent, os.W_OK):
-        raise AutotuneError(f"output directory is not writable: {parent}")
+        raise AutotuneError(f"cannot write {out}: it is a directory")
+    ancestor = out.resolve().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise AutotuneError(f"cannot write {out}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise AutotuneError(f"cannot write {out}: directory {ancestor} is not writable")
     return out
+
+
+def make_parent(out: Path) -> Path:
+    """``out``'s directory, made if missing; only once the file is about to be written, so
+    a run that fails earlier leaves no empty directory behind."""
+    parent = out.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AutotuneError(f"cannot write {out}: {err.strerror or err}") from None
+    return parent
 
 
 def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpack_imports=None) -> Path:
@@ -113,7 +131,7 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     ``fpack_imports`` replaces how the imported modules are linked in (see
     ``device_code.fatbin_packer``)."""
     out = check_output_path(out)
-    parent = out.resolve().parent
+    parent = make_parent(out)
     tmp = meta_tmp = ""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".so", dir=parent)

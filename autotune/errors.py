@@ -12,6 +12,43 @@ class AutotuneError(Exception):
     """A problem with the user's input or environment, phrased for the user."""
 
 
+class OptionError(AutotuneError, ValueError):
+    """A bad option value, found where the options are made (``TuneOptions``, the API).
+
+    The message names options by their Python names (``min_trials``); the CLI renders
+    the same message with its flags (``--min-trials``) through :meth:`spelled`, so the
+    rule and its wording live in one place for both front ends.
+    """
+
+    def __init__(self, template: str, *names: str) -> None:
+        self.template = template
+        self.names = names
+        super().__init__(self.spelled(lambda name: name))
+
+    def spelled(self, spell) -> str:
+        """The message with each option's name passed through ``spell``."""
+        return self.template.format(**{name: spell(name) for name in self.names})
+
+
+def check_count(value, name: str, *, zero_ok: bool = False, integer: bool = True) -> None:
+    """A count (``integer``) or a duration: positive, or with ``zero_ok`` not negative."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value != value or value < 0 or (value == 0 and not zero_ok):
+        need = {(True, False): "a positive integer", (True, True): "0 or more (an integer)",
+                (False, False): "a positive number", (False, True): "0 or more"}[integer, zero_ok]
+        raise OptionError(f"{{{name}}} must be {need}, got {quoted(value)}", name)
+
+
+def check_choice(value, name: str, choices) -> None:
+    if value not in choices:
+        raise OptionError(f"{{{name}}} must be one of {', '.join(map(str, choices))}, got {quoted(value)}", name)
+
+
+def quoted(value) -> str:
+    """``repr`` safe inside an :class:`OptionError` template."""
+    return repr(value).replace("{", "{{").replace("}", "}}")
+
+
 def _on_sigint(signum, frame) -> None:
     global _presses
     _presses += 1

@@ -56,6 +56,16 @@ class MeasureOptions:
     build_workers: int = 0  # 0: one per core
     rpc: str | None = None  # "host:port:key" of an RPC tracker
 
+    def __post_init__(self) -> None:
+        from autotune.errors import check_count
+
+        check_count(self.repeat, "repeat")
+        check_count(self.number, "number")
+        check_count(self.min_repeat_ms, "min_repeat_ms", zero_ok=True)
+        check_count(self.build_timeout, "build_timeout", integer=False)
+        check_count(self.run_timeout, "run_timeout", integer=False)
+        check_count(self.build_workers, "build_workers", zero_ok=True)
+
 
 def _build_worker(mod, target, export_dir: str) -> str:
     """Runs in a warm worker: compile one scheduled module and export a shared library.

@@ -15,9 +15,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.budget import LayerProgress, estimate_seconds, make_schedule, roofline_seconds
-from autotune.errors import AutotuneError, interrupt_mark, keep_interrupts_through_tvm, raise_if_interrupted_since
-from autotune.frontend import DEFAULT_BATCH_NORM
+from autotune.budget import BUDGET_SPLITS, LayerProgress, estimate_seconds, make_schedule, roofline_seconds
+from autotune.errors import AutotuneError, OptionError, check_choice, check_count, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
+from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
 from autotune.target import TargetSpec, float_lanes
@@ -46,6 +46,42 @@ class TuneOptions:
     probes: bool = True
     probe_at: float | None = None  # the match score from which a layer is probed (None: ``high``)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
+
+    def __post_init__(self) -> None:
+        """Refuse a bad value here, where the Python API and the CLI both pass, before
+        anything is written: ``trials=0`` or ``high=2`` ran a whole tune before."""
+        from search import TUNERS
+
+        for name in ("trials", "batch"):
+            check_count(getattr(self, name), name)
+        check_count(self.min_trials, "min_trials", zero_ok=True)
+        if self.max_layers is not None:
+            check_count(self.max_layers, "max_layers")
+        check_count(self.seed, "seed", zero_ok=True)
+        check_choice(self.tuner, "tuner", ("auto", *TUNERS))
+        check_choice(self.batch_norm, "batch_norm", BATCH_NORM_LAYERINGS)
+        check_choice(self.budget_split, "budget_split", BUDGET_SPLITS)
+        # both are match scores, in [0, 1]; a low above high would send the layers between
+        # them to the guided GA and none to transfer XGBoost, which no one means (high 1
+        # turns the guided GA off: short of an exact hit, a match is 0.99 at most)
+        scores = (self.low, self.high)
+        if not all(_is_number(x) for x in scores) or not 0.0 <= self.low <= self.high <= 1.0:
+            raise OptionError(
+                f"{{low}} and {{high}} are match scores: need 0 <= {{low}} <= {{high}} <= 1, got {{low}} {_score(self.low)} {{high}} {_score(self.high)}",
+                "low", "high",
+            )
+        if self.probe_at is not None and not (_is_number(self.probe_at) and 0.0 <= self.probe_at <= 1.0):
+            raise OptionError(f"{{probe_at}} is a match score: need 0 <= {{probe_at}} <= 1, got {_score(self.probe_at)}", "probe_at")
+        if not isinstance(self.measure, MeasureOptions):
+            raise OptionError(f"{{measure}} must be a MeasureOptions, got {type(self.measure).__name__}", "measure")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _score(value) -> str:
+    return f"{value:g}" if _is_number(value) else quoted(value)
 
 
 def ensure_measurable(target: TargetSpec, rpc: str | None) -> None:

@@ -134,7 +134,7 @@ def test_unknown_target(capsys, env, target, expected):
 
 
 def test_unknown_tuner(capsys, env):
-    _user_error(capsys, _tune("--target", "llvm", "--tuner", "bogus"), contains=("unknown tuner 'bogus'",))
+    _user_error(capsys, _tune("--target", "llvm", "--tuner", "bogus"), contains=("--tuner must be one of auto, random", "'bogus'"))
     assert not (env / "tune.db").exists()
 
 
@@ -143,6 +143,26 @@ def test_unknown_tuner(capsys, env):
 def test_non_positive_counts(capsys, env, flag, value):
     _user_error(capsys, _tune("--target", "llvm", flag, value), contains=(f"{flag} must be a positive",))
     assert not (env / "tune.db").exists()
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (("--seed", "-1"), "--seed must be 0 or more (an integer), got -1"),
+        (("--batch-size", "0"), "--batch-size must be a positive integer, got 0"),
+        (("--size", "-32"), "--size must be a positive integer, got -32"),
+        (("--run-timeout", "0"), "--run-timeout must be a positive number, got 0.0"),
+    ],
+)
+def test_tune_options_refused_in_the_flags_words(capsys, env, argv, expected):
+    """The API's rule (``OptionError``) comes out spelled with the CLI's flags."""
+    _user_error(capsys, ["tune", "resnet18", "--no-mlflow", "--quiet", "--history", "tune.db", "--target", "llvm", *argv], contains=(expected,))
+    assert not (env / "tune.db").exists()
+
+
+def test_compile_refuses_a_bad_size(capsys, env, tmp_path):
+    _user_error(capsys, ["compile", "resnet18", "--size", "0", "-o", str(tmp_path / "m.so")], contains=("--size must be a positive integer",))
+    assert not (tmp_path / "m.so").exists()
 
 
 def test_negative_min_trials(capsys, env):
@@ -327,12 +347,19 @@ def test_run_module_without_sidecar(capsys, env):
     _user_error(capsys, ["run", "fake.so"], contains=("fake.so.json",))
 
 
-def test_compile_into_missing_directory(capsys, env, dyn_model):
+def test_compile_into_missing_directory_makes_it(capsys, env, dyn_model):
+    """As zoo export does; a compile that fails first leaves no empty directory."""
     before = _listing(env)
-    _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
-                         "-o", "nodir/model.so"], contains=("does not exist", "nodir"))
-    assert not (env / "nodir").exists()
-    assert _listing(env) == before
+    _user_error(capsys, ["compile", dyn_model, "--target", "llvm", "-o", "nodir/model.so"], contains=("--input-shape",))
+    assert not (env / "nodir").exists() and _listing(env) == before
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "nodir/sub/model.so", "--json"]) == 0
+    assert (env / "nodir" / "sub" / "model.so").exists() and (env / "nodir" / "sub" / "model.so.json").exists()
+
+
+def test_tune_out_under_a_regular_file_refused_before_tuning(capsys, env):
+    (env / "afile").write_text("x")
+    _user_error(capsys, _tune("--target", "llvm", "-o", "afile/deeper/m.so"), contains=("afile is not a directory",))
+    assert not (env / "tune.db").exists()
 
 
 def test_compile_onto_a_directory(capsys, env, dyn_model):

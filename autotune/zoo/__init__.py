@@ -159,14 +159,11 @@ def export_model(
     temporary file beside the target and renamed over it, so a failure never
     leaves a partial ``.onnx`` that a later run could mistake for a model.
     """
+    from autotune.compile import check_output_path, make_parent
+
+    target = check_output_path(path)
     model = build_model(name, batch_size=batch_size, size=size, seed=seed)
-    target = Path(path)
-    if target.is_dir():
-        raise AutotuneError(f"cannot write {target}: it is a directory")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise AutotuneError(f"cannot write {target}: {err.strerror or err}") from None
+    make_parent(target)
     # Not mkstemp: its 0600 mode would survive the rename; a unique name suffices.
     tmp_name = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
     try:

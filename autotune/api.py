@@ -1,0 +1,279 @@
+"""The Python API under the CLI: :func:`tune`, :func:`compile`, :func:`run`, :func:`layers`.
+
+Each does what the command of the same name does and returns what that command prints
+with ``--json``, taking Python values where the command takes flags: a target name or
+:class:`~autotune.target.TargetSpec`, a history file or SQLAlchemy URL, input shapes as
+a dict. The CLI is a thin layer over these functions, so both refuse the same inputs
+the same way: bad input raises :class:`~autotune.errors.AutotuneError` (a bad option
+value its subclass :class:`~autotune.errors.OptionError`, also a ``ValueError``) before
+anything is written.
+
+    from autotune import api
+
+    report = api.tune("resnet18", target="llvm", trials=64, history="history.db", out="resnet18.so")
+    print(report["model_latency_after"], report["report_dir"])
+    result = api.run("resnet18.so", check="resnet18")
+
+Heavy imports (TVM, MLflow, XGBoost) wait until a function is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from autotune.errors import AutotuneError, OptionError, check_choice, check_count, quoted
+from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
+from autotune.measure import MeasureOptions
+from autotune.target import TargetSpec
+from autotune.tune import TuneOptions
+
+__all__ = ["tune", "compile", "run", "layers", "tune_options", "AutotuneError", "OptionError"]
+
+Shapes = Mapping[str, Sequence[int]]
+Progress = Literal["quiet", "rich", "json"]
+
+_TUNE_FIELDS = frozenset(f.name for f in dataclasses.fields(TuneOptions))
+_MEASURE_FIELDS = frozenset(f.name for f in dataclasses.fields(MeasureOptions))
+
+
+def tune_options(**options: Any) -> TuneOptions:
+    """``TuneOptions`` from flat keywords: any field of ``TuneOptions`` (``trials``,
+    ``tuner``, ``high``, ...) or of ``MeasureOptions`` (``repeat``, ``rpc``,
+    ``run_timeout``, ...), as the CLI's flags are flat."""
+    unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
+    if unknown:
+        raise TypeError(
+            f"unknown tune option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"expected any of {', '.join(sorted((_TUNE_FIELDS | _MEASURE_FIELDS) - {'measure'}))}"
+        )
+    measure = {k: options.pop(k) for k in list(options) if k in _MEASURE_FIELDS}
+    if measure and "measure" in options:
+        raise TypeError(f"give measure=MeasureOptions(...) or {', '.join(sorted(measure))}, not both")
+    if measure:
+        options["measure"] = MeasureOptions(**measure)
+    return TuneOptions(**options)
+
+
+def tune(
+    model: str | os.PathLike,
+    *,
+    target: str | TargetSpec = "auto",
+    history: str | None = None,
+    out: str | os.PathLike | None = None,
+    out_dir: str | os.PathLike | None = None,
+    mlflow: bool = True,
+    mlflow_uri: str | None = None,
+    input_shapes: Shapes | None = None,
+    size: int | None = None,
+    batch_size: int = 1,
+    progress: Progress = "quiet",
+    **options: Any,
+) -> dict[str, Any]:
+    """Tune every layer of ``model`` (a zoo name or an ONNX file) and return the run's report.
+
+    ``options`` are :func:`tune_options`'s keywords (``trials=64``, ``tuner="auto"``,
+    ``repeat=5``, ``rpc="host:9190:key"``, ...). Every measurement goes to ``history``
+    (default ``$AUTOTUNE_HISTORY`` or ``~/.autotune/history.db``) as it is made; the
+    report is written to ``out_dir`` (default ``~/.autotune/runs/RUN_ID``, given back as
+    ``report_dir``) and, with ``mlflow``, logged as an MLflow run (``mlflow_run_id``).
+    With ``out``, the tuned model is compiled and exported there too (``export``).
+    """
+    from autotune.progress import make_reporter
+    from autotune.tracking import Tracker, finish_with_report
+    from autotune.tune import TuneSession, ensure_measurable
+    from history import open_history
+
+    opts = tune_options(**options)
+    check_choice(progress, "progress", ("quiet", "rich", "json"))
+    shapes = _input_shapes(input_shapes)
+    _check_model_size(size, batch_size)
+    spec = _target(target)
+    rpc = opts.measure.rpc
+    ensure_measurable(spec, rpc)
+    if rpc:  # the server's hardware names the records and shapes the code
+        from autotune.remote import remote_target
+
+        spec = remote_target(target if isinstance(target, str) else target.kind, rpc)
+    if out is not None:
+        from autotune.compile import check_output_path
+
+        check_output_path(out)
+    # MLflow first: a store it refuses must not leave a new, empty history behind
+    tracker = Tracker.create(mlflow, mlflow_uri)
+    store = open_history(history)
+    session = TuneSession(spec, store, opts, tracker=tracker, reporter=make_reporter(progress))
+    try:
+        with tracker:
+            report = session.tune_model(str(model), input_shapes=shapes, size=size, batch_size=batch_size)
+            report_dir = Path(out_dir) if out_dir is not None else _home() / "runs" / session.run_id
+            report["mlflow_run_id"] = tracker.run_id
+            report["report_dir"] = str(report_dir)
+            for path in _write_decomposition(session.decomposition, report_dir):
+                tracker.log_artifact(str(path))
+            if out is not None:
+                from autotune.compile import compile_model, sidecar
+
+                report["export"] = compile_model(
+                    str(model), out, target=spec, store=store, input_shapes=shapes, size=size,
+                    batch_size=batch_size, batch_norm=opts.batch_norm,
+                )
+                tracker.log_artifact(str(out), "module")
+                tracker.log_artifact(str(sidecar(out)), "module")
+            finish_with_report(tracker, report, report_dir)
+    finally:
+        session.close()
+        store.close()
+    return report
+
+
+def compile(
+    model: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    target: str | TargetSpec = "auto",
+    history: str | None = None,
+    input_shapes: Shapes | None = None,
+    size: int | None = None,
+    batch_size: int = 1,
+    batch_norm: str = DEFAULT_BATCH_NORM,
+    step=None,
+) -> dict[str, Any]:
+    """Build ``model`` with the best schedule history holds for each layer (TVM's defaults
+    for the others) and export it to ``out`` with its ``.json`` sidecar. History is only
+    read; a default history file that does not exist yet means none. ``step`` is called
+    with a line of text as each stage starts."""
+    from autotune.compile import compile_model
+    from history import open_history
+
+    check_choice(batch_norm, "batch_norm", BATCH_NORM_LAYERINGS)
+    shapes = _input_shapes(input_shapes)
+    _check_model_size(size, batch_size)
+    spec = _target(target)
+    store = open_history(history, create=False, readonly=True) if _history_exists(history) else None
+    try:
+        return compile_model(
+            str(model), out, target=spec, store=store, input_shapes=shapes, size=size, batch_size=batch_size,
+            batch_norm=batch_norm, step=step,
+        )
+    finally:
+        if store is not None:
+            store.close()
+
+
+def run(
+    module: str | os.PathLike,
+    *,
+    seed: int = 0,
+    repeat: int = 10,
+    check: str | os.PathLike | None = None,
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+) -> dict[str, Any]:
+    """Load an exported module with the TVM runtime, time it on seeded inputs, and with
+    ``check`` (the zoo name or ONNX file it was compiled from) compare its outputs with
+    ONNX's reference evaluator: ``result["check"]["ok"]``."""
+    import numpy as np
+
+    from autotune.frontend import load_model
+    from autotune.run import load_metadata, onnx_reference, run_module, seeded_inputs
+
+    check_count(seed, "seed", zero_ok=True)
+    check_count(repeat, "repeat")
+    check_count(rtol, "rtol", zero_ok=True, integer=False)
+    check_count(atol, "atol", zero_ok=True, integer=False)
+    result = run_module(module, seed=seed, repeat=repeat)
+    outputs = result.pop("output_arrays")
+    if check is not None:
+        check = str(check)
+        meta = load_metadata(module)
+        zoo_info = meta.get("zoo") or {}
+        if zoo_info.get("name") == check and not Path(check).exists():
+            # rebuild exactly the zoo model that was compiled (same size, batch and weights)
+            model = load_model(check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
+        else:
+            model = load_model(check, input_shapes={k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
+        want = onnx_reference(model.proto, seeded_inputs(meta, seed))
+        errs = [float(np.max(np.abs(g - w))) if g.shape == w.shape else float("inf") for g, w in zip(outputs, want)]
+        ok = len(want) == len(outputs) and all(np.allclose(g, w, rtol=rtol, atol=atol) for g, w in zip(outputs, want))
+        result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None, "ok": ok}
+    return result
+
+
+def layers(
+    model: str | os.PathLike,
+    *,
+    input_shapes: Shapes | None = None,
+    size: int | None = None,
+    batch_size: int = 1,
+    batch_norm: str = DEFAULT_BATCH_NORM,
+) -> dict[str, Any]:
+    """The fused layers TVM will generate for ``model``: ``{"model", "inputs", "layers"}``,
+    the layers as :class:`autotune.decompose.Layer` (``to_dict()`` for JSON)."""
+    from autotune import decompose, frontend
+
+    check_choice(batch_norm, "batch_norm", BATCH_NORM_LAYERINGS)
+    _check_model_size(size, batch_size)
+    spec, mod = frontend.load_and_fuse(
+        str(model), input_shapes=_input_shapes(input_shapes), size=size, batch_size=batch_size, batch_norm=batch_norm
+    )
+    return {"model": spec.name, "inputs": spec.input_shapes, "layers": decompose.decompose(mod, batch_size=batch_size)}
+
+
+# --- helpers ----------------------------------------------------------------------------
+def _target(target: str | TargetSpec) -> TargetSpec:
+    from autotune.target import resolve_target
+
+    return target if isinstance(target, TargetSpec) else resolve_target(target)
+
+
+def _input_shapes(shapes: Shapes | None) -> dict[str, tuple[int, ...]]:
+    """Fixed shapes for named inputs; each dimension a positive integer."""
+    fixed: dict[str, tuple[int, ...]] = {}
+    for name, dims in (shapes or {}).items():
+        dims = tuple(dims) if isinstance(dims, (list, tuple)) else ()
+        if not isinstance(name, str) or not dims or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in dims):
+            raise OptionError(
+                f"{{input_shapes}} maps input names to positive dimensions, got {quoted(name)}: {quoted(shapes[name])}", "input_shapes"
+            )
+        fixed[name] = dims
+    return fixed
+
+
+def _check_model_size(size: int | None, batch_size: int) -> None:
+    if size is not None:
+        check_count(size, "size")
+    check_count(batch_size, "batch_size")
+
+
+def _home() -> Path:
+    from history.location import autotune_home
+
+    return Path(autotune_home())
+
+
+def _history_exists(location: str | None) -> bool:
+    """compile reads history if there is one; a missing default file means 'no history'."""
+    from history import resolve_location
+
+    url = resolve_location(location)
+    if not url.startswith("sqlite:///"):
+        return True
+    return Path(url[len("sqlite:///"):]).exists() or location is not None
+
+
+def _write_decomposition(model_layers, out_dir: Path) -> list[Path]:
+    """The model's layer table, as text and JSON, beside the run's report."""
+    import json
+
+    from autotune.decompose import format_table
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = out_dir / "decomposition.txt"
+    text.write_text(format_table(model_layers), encoding="utf-8")
+    data = out_dir / "decomposition.json"
+    data.write_text(json.dumps([layer.to_dict() for layer in model_layers], indent=1), encoding="utf-8")
+    return [text, data]
+

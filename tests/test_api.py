@@ -1,0 +1,129 @@
+"""The Python API (``autotune.api``): options refused where they are made, and one real
+tune -> compile -> run on LLVM through it, as a Python user would call it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import api
+from autotune.errors import AutotuneError, OptionError
+from autotune.measure import MeasureOptions
+from autotune.tune import TuneOptions
+from history import open_history
+from tests.test_e2e import _small_cnn
+
+
+@pytest.mark.parametrize(
+    "options,words",
+    [
+        ({"trials": 0}, "trials must be a positive integer, got 0"),
+        ({"trials": 2.5}, "trials must be a positive integer, got 2.5"),
+        ({"batch": -1}, "batch must be a positive integer"),
+        ({"min_trials": -1}, "min_trials must be 0 or more"),
+        ({"max_layers": 0}, "max_layers must be a positive integer"),
+        ({"seed": -3}, "seed must be 0 or more"),
+        ({"tuner": "bogus"}, "tuner must be one of auto, random, xgb, tl_xgb, ga, gga, got 'bogus'"),
+        ({"batch_norm": "inline"}, "batch_norm must be one of separate, epilogue, weights"),
+        ({"budget_split": "even"}, "budget_split must be one of adaptive, roofline"),
+        ({"low": 0.9, "high": 0.5}, "need 0 <= low <= high <= 1, got low 0.9 high 0.5"),
+        ({"high": 2.0}, "got low 0.05 high 2"),
+        ({"low": float("nan")}, "are match scores"),
+        ({"probe_at": 1.5}, "probe_at is a match score"),
+        ({"measure": {"repeat": 5}}, "measure must be a MeasureOptions, got dict"),
+    ],
+)
+def test_tune_options_refuse_bad_values(options, words):
+    with pytest.raises(OptionError) as err:
+        TuneOptions(**options)
+    assert words in str(err.value)
+    # one rule for both front ends: the CLI spells the same message with its flags
+    name = next(iter(options))
+    assert f"--{name.replace('_', '-')}" in err.value.spelled(lambda n: "--" + n.replace("_", "-"))
+    assert isinstance(err.value, ValueError) and isinstance(err.value, AutotuneError)
+
+
+@pytest.mark.parametrize(
+    "options,words",
+    [
+        ({"repeat": 0}, "repeat must be a positive integer"),
+        ({"number": 0}, "number must be a positive integer"),
+        ({"run_timeout": 0.0}, "run_timeout must be a positive number"),
+        ({"build_timeout": -1}, "build_timeout must be a positive number"),
+        ({"build_workers": -1}, "build_workers must be 0 or more"),
+        ({"min_repeat_ms": True}, "min_repeat_ms must be 0 or more"),
+    ],
+)
+def test_measure_options_refuse_bad_values(options, words):
+    with pytest.raises(OptionError, match=words):
+        MeasureOptions(**options)
+
+
+def test_defaults_pass():
+    assert TuneOptions().trials == 64 and TuneOptions(high=1.0, low=0.0, max_layers=3).high == 1.0
+
+
+def test_tune_options_take_measure_fields_flat():
+    opts = api.tune_options(trials=8, repeat=2, run_timeout=5.0)
+    assert opts.trials == 8 and opts.measure == MeasureOptions(repeat=2, run_timeout=5.0)
+    with pytest.raises(TypeError, match="unknown tune option 'trails'"):
+        api.tune_options(trails=8)
+    with pytest.raises(TypeError, match="not both"):
+        api.tune_options(repeat=2, measure=MeasureOptions())
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        ({"trials": 0}, "trials must be a positive integer"),
+        ({"batch_size": 0}, "batch_size must be a positive integer"),
+        ({"input_shapes": {"input": (1, 3, 0, 32)}}, "input_shapes maps input names to positive dimensions"),
+        ({"progress": "loud"}, "progress must be one of quiet, rich, json"),
+        ({"target": "foo"}, "unknown target 'foo'"),
+    ],
+)
+def test_bad_tune_input_writes_nothing(tmp_path, kwargs, words):
+    history = tmp_path / "h.db"
+    with pytest.raises(AutotuneError, match=words):
+        api.tune("resnet18", history=str(history), out_dir=tmp_path / "run", mlflow=False, size=32, **{"target": "llvm", **kwargs})
+    assert not history.exists() and not (tmp_path / "run").exists()
+
+
+def test_layers_gives_layer_objects():
+    found = api.layers("resnet18", size=32)
+    assert found["model"] and found["inputs"]
+    convs = [l for l in found["layers"] if l.op_class == "conv2d"]
+    assert convs and all(l.tunable for l in convs)
+    assert json.dumps([l.to_dict() for l in found["layers"]])  # JSON-ready through to_dict
+    with pytest.raises(OptionError, match="batch_norm must be one of"):
+        api.layers("resnet18", size=32, batch_norm="inline")
+
+
+def test_tune_compile_run_through_the_api(tmp_path):
+    """A real tune on LLVM, as a Python user writes it; what comes back is what the CLI
+    prints with --json, plus where the report went."""
+    model = _small_cnn(tmp_path / "small.onnx")
+    history = tmp_path / "history.db"
+    report = api.tune(
+        model, target="llvm", history=str(history), out_dir=tmp_path / "run", mlflow=False,
+        trials=4, batch=4, tuner="random", model_latency=False, repeat=2,
+    )
+    assert report["report_dir"] == str(tmp_path / "run") and report["mlflow_run_id"] is None
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["run_id"] == report["run_id"]
+    assert (tmp_path / "run" / "decomposition.json").exists()
+    tuned = [l for l in report["layers"] if l["trials"] > 0]
+    assert sum(l["trials"] for l in tuned) == 4 and all(l["tuner"] == "random" for l in tuned)
+    with open_history(str(history), readonly=True) as store:
+        assert len([r for r in store.records() if r.tuner == "random" and r.status != "invalid"]) == 4
+
+    out = tmp_path / "small.so"
+    summary = api.compile(model, out, target="llvm", history=str(history))
+    assert Path(summary["out"]) == out and out.exists() and summary["tuned_layers"] >= 1
+
+    result = api.run(out, check=model, repeat=2)
+    assert result["check"]["ok"] is True and result["latency_median_s"] > 0
+    assert "output_arrays" not in result
+    with pytest.raises(OptionError, match="rtol must be 0 or more"):
+        api.run(out, rtol=-1.0)
