@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--size", type=int)
     z.add_argument("--batch-size", type=int, default=1)
     z.add_argument("--seed", type=int, default=0)
+    _json_arg(z)
     z.set_defaults(func=cmd_zoo_export)
 
     p = sub.add_parser("history", help="inspect, export and import the tuning history")
@@ -281,7 +282,14 @@ def cmd_zoo_export(args) -> int:
     from autotune import zoo
 
     path = zoo.export_model(args.name, args.out, batch_size=args.batch_size, size=args.size, seed=args.seed)
-    print(f"wrote {path}")
+    if args.json:
+        import onnx
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+        inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
+        print(json.dumps({"model": args.name, "out": str(path), "inputs": inputs, "seed": args.seed}))
+    else:
+        print(f"wrote {path}")
     return 0
 
 

@@ -594,6 +594,9 @@ def test_zoo_export_writes_loadable_onnx(capsys, env):
     # and the CLI reads it back
     assert main(["layers", "out/r18.onnx", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "r18"
+    assert main(["zoo", "export", "mobilenetv2", "-o", "m.onnx", "--size", "64", "--batch-size", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["out"] == "m.onnx" and out["model"] == "mobilenetv2" and list(out["inputs"].values()) == [[2, 3, 64, 64]]
 
 
 def test_layers_json(capsys):
