@@ -349,7 +349,7 @@ class TuneSession:
         opts = self.options
         m = match(
             self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class),
-            space_id=space.space_id, summary=summary,
+            space_id=space.space_id, summary=summary, min_trials=self._tuned_at(space),
         )
         return m, dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
 
@@ -479,7 +479,13 @@ class TuneSession:
     def _exact_hit(self, layer) -> bool:
         from history.match import exact_hit
 
-        return exact_hit(self.store, layer.workload_key, self.target.key, space_id=self._space(layer).space_id) is not None
+        space = self._space(layer)
+        return exact_hit(self.store, layer.workload_key, self.target.key, space_id=space.space_id, min_trials=self._tuned_at(space)) is not None
+
+    def _tuned_at(self, space) -> int:
+        """Measured configs from which history's winner of a layer is reused as it is:
+        ``min_trials``, the least a tuned layer gets (the whole space, if smaller)."""
+        return max(1, min(self.options.min_trials, space.size))
 
     def _space(self, layer):
         from templates.meta_schedule_space import MetaScheduleSpace

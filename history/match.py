@@ -86,11 +86,25 @@ def similarity(a: Sequence[float], b: Sequence[float], weights: Sequence[float] 
     return math.exp(-dist)
 
 
-def exact_hit(store: HistoryStore, workload_key: str, target_key: str, *, space_id: str | None = None):
+def exact_hit(
+    store: HistoryStore, workload_key: str, target_key: str, *, space_id: str | None = None, min_trials: int = 1
+):
     """The record :func:`match` reuses as it is (score 1.0), or None: the fastest usable
     record (ok, not found wrong) of this very workload on this target, in knob space
-    ``space_id`` if given."""
-    return store.best(workload_key, target_key, space_id=space_id)
+    ``space_id`` if given, once at least ``min_trials`` configs of it were measured there.
+
+    A layer measured fewer times was started, not tuned: a one-trial probe the budget
+    never came back to, or a run killed after its first batch. Reused as it is, it stayed
+    at that first draw in every later tune; below ``min_trials`` it is matched like any
+    layer instead (its own records make it the closest neighbour) and tuned on from where
+    it stopped.
+    """
+    best = store.best(workload_key, target_key, space_id=space_id)
+    if best is None or min_trials <= 1:
+        return best
+    records = store.records(workload_key=workload_key, target_key=target_key, space_id=space_id)
+    measured = sum(1 for r in records if r.status != "invalid")
+    return best if measured >= min_trials else None
 
 
 def match(
@@ -104,6 +118,7 @@ def match(
     exclude: Collection[str] = (),
     other_target_discount: float = OTHER_TARGET_DISCOUNT,
     summary: Sequence[dict] | None = None,
+    min_trials: int = 1,
 ) -> MatchResult:
     """Score ``workload`` against everything history holds for its op class.
 
@@ -115,8 +130,10 @@ def match(
     experiment's knob: how much history from other hardware should count).
     ``summary`` is ``store.summary(searched_only=True)`` when the caller scores many
     layers against one state of history (it is the costly query, a pass over records).
+    ``min_trials``: how many measured configs make this target's winner an exact hit
+    (:func:`exact_hit`).
     """
-    best = None if workload.key in exclude else exact_hit(store, workload.key, target_key, space_id=space_id)
+    best = None if workload.key in exclude else exact_hit(store, workload.key, target_key, space_id=space_id, min_trials=min_trials)
     if best is not None:
         return MatchResult(1.0, True, best)
     candidates: list[tuple[Neighbour, int]] = []  # with its count of successful records

@@ -347,6 +347,27 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     assert twin["curve"][0][1] < twin["default_latency"] / 2 and twin["probe"] is True
     assert sum(layer["trials"] for layer in report["layers"]) == 6
 
+    # The next tune on that history: the first conv (4 trials or more, --min-trials) is
+    # reused as it is; the twin, measured fewer times, is tuned on from where it stopped
+    # (it was an exact hit at one trial before, and so never tuned again).
+    first = layers[first_name]
+    assert first["trials"] >= 4 and twin["trials"] < 4
+    with open_history(str(tmp_path / "h0.db"), readonly=True) as store:
+        before = [r for r in store.records(workload_key=twin["workload_key"]) if r.tuner == "gga"]
+    capsys.readouterr()
+    assert main([
+        "tune", str(model), "--target", "llvm", "--trials", "4", "--history", str(tmp_path / "h0.db"),
+        "--no-mlflow", "--quiet", "--json", "--no-model-latency", "--out-dir", str(tmp_path / "again"),
+    ]) == 0
+    again = {layer["name"]: layer for layer in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["layers"]}
+    assert again[first_name]["dispatch"] == "exact" and again[first_name]["trials"] == 0
+    assert again[twin_name]["dispatch"] == "guided" and again[twin_name]["trials"] == 4
+    assert again[twin_name]["best_latency"] <= min(r.latency_median for r in before if r.ok)
+    with open_history(str(tmp_path / "h0.db"), readonly=True) as store:
+        after = [r for r in store.records(workload_key=twin["workload_key"]) if r.tuner == "gga" and r.status != "invalid"]
+    configs = [json.dumps(r.config, sort_keys=True) for r in after]
+    assert len(configs) == len(set(configs)) == len([r for r in before if r.status != "invalid"]) + 4
+
     plain = tune("--no-probes")  # a full first chunk for the twin too: 4, then the 2 left
     assert plain["probes"] is False
     assert [n for _, n in plain["schedule"][:2]] == [4, 2]

@@ -37,6 +37,21 @@ def test_exact_hit_scores_one(store):
     assert m.exact and m.score == 1.0 and m.best is not None
 
 
+def test_a_winner_of_too_few_trials_is_not_exact(store):
+    """A layer started (a probe, a killed run) but measured fewer than ``min_trials``
+    times is matched like any other, its own records its closest neighbour."""
+    w = _wl("a", "ia", [1.0, 2.0])
+    store.register_workload(w)
+    store.add_record(workload_key="a", target_key=CPU.key, space_id="s", config={"k": 1}, samples=[1e-3], status="ok")
+    store.add_record(workload_key="a", target_key=CPU.key, space_id="s", config={"k": 2}, samples=[], status="invalid")
+    store.add_record(workload_key="a", target_key=CPU.key, space_id="s", config={"k": 3}, samples=[], status="build_error")
+    m = match(store, w, CPU.key, space_id="s", min_trials=3)  # an invalid config was never measured
+    assert not m.exact and m.score == 0.99 and [n.workload.key for n in m.neighbours] == ["a"]
+    assert choose(m.score, m.exact).tuner == "gga"
+    m = match(store, w, CPU.key, space_id="s", min_trials=2)  # a build error was a trial
+    assert m.exact and m.best.config == {"k": 1}
+
+
 def test_default_schedule_timings_are_no_evidence(store):
     """``tune`` times every layer's default schedule before tuning any: those baseline
     records (config ``{}``) must not make a layer, or its neighbours, look like history
