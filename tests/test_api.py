@@ -61,6 +61,12 @@ def test_measure_options_refuse_bad_values(options, words):
         MeasureOptions(**options)
 
 
+def test_reachable_from_the_package():
+    import autotune
+
+    assert autotune.api is api and autotune.api.tune is api.tune
+
+
 def test_defaults_pass():
     assert TuneOptions().trials == 64 and TuneOptions(high=1.0, low=0.0, max_layers=3).high == 1.0
 
