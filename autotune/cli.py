@@ -47,8 +47,16 @@ def _json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own mistakes (a bad int, a missing argument, an unknown choice) in one
+    line, as every other input error is: not the command's whole usage first."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="autotune",
         description="History-guided autotuning of ONNX models with TVM (CUDA or LLVM).",
     )

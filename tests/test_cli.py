@@ -108,7 +108,25 @@ def test_layers_by_batch_norm_layering(capsys):
     assert launches == {"separate": 41, "weights": 24, None: 24}  # folded unless told otherwise
     with pytest.raises(SystemExit) as exc:
         main(["layers", "resnet18", "--batch-norm", "fold"])
-    assert exc.value.code == 2 and "invalid choice: 'fold'" in capsys.readouterr().err
+    assert exc.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("autotune layers: error: argument --batch-norm: invalid choice: 'fold'")
+    assert line.endswith("(see 'autotune layers --help')")
+
+
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["tune", "resnet18", "--trials", "1.5"], "argument --trials: invalid int value: '1.5'"),
+        (["compile", "resnet18"], "the following arguments are required: --out/-o"),
+        (["history", "ls", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_argparse_mistakes_in_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    lines = capsys.readouterr().err.splitlines()
+    assert exc.value.code == 2 and len(lines) == 1 and words in lines[0] and "--help" in lines[0], lines
 
 
 @pytest.mark.parametrize("bad", ["x=3y8", "x", "x=0x8", "=3x8"])
