@@ -1,4 +1,4 @@
-"""The Python API under the CLI: :func:`tune`, :func:`compile`, :func:`run`, :func:`layers`.
+"""The Python API under the CLI: :func:`tune`, :func:`compile`, :func:`run`, :func:`layers`, :func:`report`.
 
 Each does what the command of the same name does and returns what that command prints
 with ``--json``, taking Python values where the command takes flags: a target name or
@@ -30,7 +30,7 @@ from autotune.measure import MeasureOptions
 from autotune.target import TargetSpec
 from autotune.tune import TuneOptions
 
-__all__ = ["tune", "compile", "run", "layers", "tune_options", "AutotuneError", "OptionError"]
+__all__ = ["tune", "compile", "run", "layers", "report", "tune_options", "AutotuneError", "OptionError"]
 
 Shapes = Mapping[str, Sequence[int]]
 Progress = Literal["quiet", "rich", "json"]
@@ -220,6 +220,14 @@ def layers(
         str(model), input_shapes=_input_shapes(input_shapes), size=size, batch_size=batch_size, batch_norm=batch_norm
     )
     return {"model": spec.name, "inputs": spec.input_shapes, "layers": decompose.decompose(mod, batch_size=batch_size)}
+
+
+def report(run: str | os.PathLike, *, mlflow_uri: str | None = None) -> dict[str, Any]:
+    """An earlier tune's report: ``run`` is the run id :func:`tune` gave back (``run_id``),
+    its report directory, or its MLflow run id."""
+    from autotune import report as reporting
+
+    return reporting.load_report(str(run), mlflow_uri)
 
 
 # --- helpers ----------------------------------------------------------------------------

@@ -433,9 +433,10 @@ def cmd_history_import(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from autotune import api
     from autotune import report as reporting
 
-    data = reporting.load_report(args.run, args.mlflow_uri)
+    data = api.report(args.run, mlflow_uri=args.mlflow_uri)
     out_dir = Path(args.out_dir) if args.out_dir else Path(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
     paths = reporting.write_artifacts(data, out_dir)
     if args.json:

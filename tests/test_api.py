@@ -119,6 +119,7 @@ def test_tune_compile_run_through_the_api(tmp_path):
     assert report["report_dir"] == str(tmp_path / "run") and report["mlflow_run_id"] is None
     assert json.loads((tmp_path / "run" / "report.json").read_text())["run_id"] == report["run_id"]
     assert (tmp_path / "run" / "decomposition.json").exists()
+    assert api.report(tmp_path / "run")["layers"] == json.loads(json.dumps(report["layers"], default=str))
     tuned = [l for l in report["layers"] if l["trials"] > 0]
     assert sum(l["trials"] for l in tuned) == 4 and all(l["tuner"] == "random" for l in tuned)
     with open_history(str(history), readonly=True) as store:
