@@ -64,8 +64,7 @@ class TuneOptions:
         # both are match scores, in [0, 1]; a low above high would send the layers between
         # them to the guided GA and none to transfer XGBoost, which no one means (high 1
         # turns the guided GA off: short of an exact hit, a match is 0.99 at most)
-        scores = (self.low, self.high)
-        if not all(_is_number(x) for x in scores) or not 0.0 <= self.low <= self.high <= 1.0:
+        if not (_is_number(self.low) and _is_number(self.high) and 0.0 <= self.low <= self.high <= 1.0):
             raise OptionError(
                 f"{{low}} and {{high}} are match scores: need 0 <= {{low}} <= {{high}} <= 1, got {{low}} {_score(self.low)} {{high}} {_score(self.high)}",
                 "low", "high",

@@ -667,7 +667,6 @@ def test_gga_screen_never_measures_a_config_twice():
 def test_gga_first_generation_drawn_from_prior_dictionary(target, similar_priors):
     """Where history fills only part of the first generation, the rest favours the genes
     history's elites carry."""
-    k = target.knob_names.index("dense.i.tile")
     best = target.knob("dense.i.tile").index(map_config(target, similar_priors[0].config)["dense.i.tile"])
 
     def share(tuner) -> float:
