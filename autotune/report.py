@@ -36,6 +36,7 @@ COLUMNS = [
     "trials",
     "budget",
     "probe",
+    "resumed",
     "best_latency_ms",
     "default_latency_ms",
     "speedup",
@@ -133,6 +134,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "trials": layer.get("trials"),
                 "budget": layer.get("budget"),
                 "probe": bool(layer.get("probe")),  # a one-trial first chunk (history covers it closely)
+                "resumed": int(layer.get("resumed") or 0),  # configs earlier runs measured of it
                 "best_latency_ms": None if best is None else best * 1e3,
                 "default_latency_ms": None if default is None else default * 1e3,
                 "speedup": speedup,
@@ -164,7 +166,8 @@ def _fmt_tuner(row: Mapping[str, Any]) -> str:
     tuner it would have had."""
     if budget_ran_out(row):
         return "- (no budget left)"
-    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None) if w)
+    resumed = f"resumed at {row['resumed']}" if row.get("resumed") else None
+    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None, resumed) if w)
     return str(row["tuner"] or "-") + (f" ({why})" if why else "")
 
 

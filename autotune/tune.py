@@ -338,6 +338,7 @@ class TuneSession:
             "trials": 0,
             "budget": 0,  # 0 and no exact hit: the budget ran out first
             "probe": False,
+            "resumed": 0,  # this layer's configs measured by earlier runs (told to its tuner, not re-measured)
             "curve": [],
         }
 
@@ -383,6 +384,7 @@ class TuneSession:
         # Resume: what earlier runs measured for this exact layer is known, not re-measured.
         earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
         tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
+        out["resumed"] = sum(1 for r in earlier if r.status != "invalid")
         best = min((r.latency_median for r in earlier if r.ok), default=None)
         return _LayerTuning(layer, space, decision.tuner, tuner, out, best)
 

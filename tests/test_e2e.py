@@ -362,6 +362,10 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     again = {layer["name"]: layer for layer in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["layers"]}
     assert again[first_name]["dispatch"] == "exact" and again[first_name]["trials"] == 0
     assert again[twin_name]["dispatch"] == "guided" and again[twin_name]["trials"] == 4
+    assert again[twin_name]["resumed"] == len([r for r in before if r.status != "invalid"]) and again[first_name]["resumed"] == 0
+    from autotune.report import format_table
+
+    assert f"gga (guided, resumed at {again[twin_name]['resumed']})" in format_table({"layers": list(again.values())})
     assert again[twin_name]["best_latency"] <= min(r.latency_median for r in before if r.ok)
     with open_history(str(tmp_path / "h0.db"), readonly=True) as store:
         after = [r for r in store.records(workload_key=twin["workload_key"]) if r.tuner == "gga" and r.status != "invalid"]
