@@ -30,7 +30,7 @@ from autotune.measure import MeasureOptions
 from autotune.target import TargetSpec
 from autotune.tune import TuneOptions
 
-__all__ = ["tune", "compile", "run", "layers", "report", "tune_options", "AutotuneError", "OptionError"]
+__all__ = ["tune", "compile", "run", "layers", "report", "info", "tune_options", "AutotuneError", "OptionError"]
 
 Shapes = Mapping[str, Sequence[int]]
 Progress = Literal["quiet", "rich", "json"]
@@ -228,6 +228,14 @@ def report(run: str | os.PathLike, *, mlflow_uri: str | None = None) -> dict[str
     from autotune import report as reporting
 
     return reporting.load_report(str(run), mlflow_uri)
+
+
+def info(history: str | None = None, *, mlflow_uri: str | None = None) -> dict[str, Any]:
+    """What this machine offers: package versions, the target ``auto`` resolves to and
+    its history key, GPU, nvcc and NVRTC, and where history and MLflow runs live."""
+    from autotune.info import environment
+
+    return environment(history, mlflow_uri=mlflow_uri)
 
 
 # --- helpers ----------------------------------------------------------------------------

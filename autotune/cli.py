@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(p)
     p.set_defaults(func=cmd_run)
 
+    p = sub.add_parser("info", help="versions, targets, GPU/nvcc/NVRTC, where history and MLflow runs live")
+    _history_arg(p)
+    p.add_argument("--mlflow-uri")
+    _json_arg(p)
+    p.set_defaults(func=cmd_info)
+
     p = sub.add_parser("zoo", help="bundled models")
     zsub = p.add_subparsers(dest="zoo_command", metavar="ACTION")
     p.set_defaults(help_of=p)  # with no ACTION: this command's help, not the top level's
@@ -272,6 +278,15 @@ def cmd_run(args) -> int:
             c = result["check"]
             print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g})")
     return 0 if result.get("check", {}).get("ok", True) else 1
+
+
+def cmd_info(args) -> int:
+    from autotune import api
+    from autotune.info import format_text
+
+    info = api.info(history=args.history, mlflow_uri=args.mlflow_uri)
+    print(json.dumps(info) if args.json else format_text(info))
+    return 0
 
 
 def cmd_zoo_list(args) -> int:

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from autotune.cli import main
 
-SUBCOMMANDS = ["tune", "layers", "compile", "run", "zoo", "history", "report"]
+SUBCOMMANDS = ["tune", "layers", "compile", "run", "info", "zoo", "history", "report"]
 
 
 @pytest.fixture(autouse=True)
@@ -634,3 +634,34 @@ def test_layers_table(capsys):
     out = capsys.readouterr().out
     assert "conv2d" in out
     assert out.strip().splitlines()[-1].startswith("resnet18: ")
+
+
+def test_info_reports_this_machine_and_reads_history_without_creating_it(capsys, env):
+    import tvm
+
+    from autotune.target import resolve_target
+    from history import TargetInfo, WorkloadInfo, open_history
+
+    history = env / "h.db"
+    assert main(["info", "--history", str(history), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["packages"]["apache-tvm"] == tvm.__version__ and info["packages"]["apache-tvm-ffi"] == "0.1.14.post1"
+    assert info["cpu"]["key"] == resolve_target("llvm").key and info["target_auto"]["key"] == resolve_target("auto").key
+    assert info["history"] == {"url": f"sqlite:///{history}", "exists": False} and not history.exists()
+    assert info["home"] == str(env / "home" / ".autotune") and info["mlflow_tracking_uri"].startswith("sqlite:///")
+    with open_history(str(history)) as store:
+        store.register_target(TargetInfo("llvm", "znver3", "cpu-a"))
+        store.register_workload(WorkloadInfo("w1", "i1", "conv2d", {"name": "c"}, 1e6, (1.0,)))
+        for i in range(3):
+            store.add_record(workload_key="w1", target_key="llvm:znver3:cpu-a", space_id="s", config={"k": i}, samples=[1e-3], status="ok")
+    assert main(["info", "--history", str(history)]) == 0
+    text = capsys.readouterr().out
+    assert "1 layers, 3 records, 0 runs, targets: llvm:znver3:cpu-a" in text and "history key" in text
+
+
+def test_info_says_when_history_cannot_be_read(capsys, env):
+    (env / "notdb.db").write_text("not a database")
+    assert main(["info", "--history", "notdb.db", "--json"]) == 0
+    hist = json.loads(capsys.readouterr().out)["history"]
+    assert hist["exists"] is True and hist["error"]
+    assert (env / "notdb.db").read_text() == "not a database"

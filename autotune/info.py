@@ -1,0 +1,127 @@
+"""``autotune info``: what this machine offers autotune, in one place.
+
+The first thing to look at when a tune picks the wrong target, a CUDA export will not
+load elsewhere, or history seems empty: which versions are installed, which target
+``auto`` resolves to and under which history key, whether a GPU, nvcc and NVRTC are
+there, and where history, MLflow runs and reports live. Reads only; opens history
+read-only, and only if it exists.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+#: Distributions whose versions decide behaviour (the pins in pyproject.toml).
+PACKAGES = ("apache-tvm", "apache-tvm-ffi", "onnx", "onnxsim", "xgboost", "deap", "mlflow", "sqlalchemy", "cuda-bindings")
+
+
+def environment(history: str | None = None, *, mlflow_uri: str | None = None) -> dict[str, Any]:
+    """Everything ``autotune info`` reports, as JSON-ready values."""
+    from autotune import __version__
+    from autotune.target import gpu_present, resolve_target
+    from autotune.tracking import resolve_tracking_uri
+    from history.location import autotune_home
+
+    auto = resolve_target("auto")
+    cpu = auto if auto.kind == "llvm" else resolve_target("llvm")
+    return {
+        "autotune": __version__,
+        "python": platform.python_version(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "target_auto": _target(auto),
+        "cpu": _target(cpu),
+        "cuda": {
+            "gpu": gpu_present(),
+            "nvcc": _nvcc(),
+            # TVM compiles CUDA C through NVRTC from cuda-bindings; without it (and
+            # without nvcc) CUDA modules can be neither built nor loaded from source
+            "nvrtc": _has_module("cuda.bindings.nvrtc"),
+        },
+        "home": autotune_home(),
+        "history": _history(history),
+        "mlflow_tracking_uri": resolve_tracking_uri(mlflow_uri),
+    }
+
+
+def format_text(info: dict[str, Any]) -> str:
+    """The report as aligned lines for a terminal."""
+    auto, cpu, cuda, hist = info["target_auto"], info["cpu"], info["cuda"], info["history"]
+    rows = [
+        ("autotune", f"{info['autotune']} (Python {info['python']})"),
+        *((f"  {name}", version or "not installed") for name, version in info["packages"].items()),
+        ("target auto", f"{auto['kind']} {auto['device_name']} ({auto['arch']})" + ("" if auto["has_device"] else ", no device to measure on")),
+        ("history key", auto["key"]),
+        ("cpu key", cpu["key"]),
+        ("gpu", "yes" if cuda["gpu"] else "none found"),
+        ("nvcc", cuda["nvcc"] or "not found (CUDA exports then carry CUDA C, not a fatbin)"),
+        ("nvrtc", "yes" if cuda["nvrtc"] else "no (cuda-bindings missing: TVM cannot compile CUDA C here)"),
+        ("home", info["home"]),
+        ("history", hist["url"] + ("" if hist["exists"] else " (not created yet)")),
+    ]
+    if hist.get("error"):
+        rows.append(("", f"cannot read: {hist['error']}"))
+    elif hist["exists"]:
+        rows.append(("", f"{hist['workloads']} layers, {hist['records']} records, {hist['runs']} runs, targets: {', '.join(hist['targets']) or '-'}"))
+    rows.append(("mlflow", info["mlflow_tracking_uri"]))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _target(spec) -> dict[str, Any]:
+    return {"kind": spec.kind, "arch": spec.arch, "device_name": spec.device_name, "key": spec.key, "has_device": spec.has_device}
+
+
+def _nvcc() -> str | None:
+    """``nvcc``'s path and release, e.g. ``/usr/local/cuda/bin/nvcc (release 13.0)``."""
+    path = shutil.which("nvcc")
+    if path is None:
+        return None
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return path
+    release = next((part.strip() for line in text.splitlines() for part in line.split(",") if part.strip().startswith("release ")), None)
+    return f"{path} ({release})" if release else path
+
+
+def _history(location: str | None) -> dict[str, Any]:
+    """Where history is and, if it exists, how much it holds; never creates it."""
+    from history import HistoryError, mask_url, open_history, resolve_location
+
+    url = resolve_location(location)
+    out: dict[str, Any] = {"url": mask_url(url)}
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        return {**out, "exists": False}
+    out["exists"] = True
+    try:
+        with open_history(location, create=False, readonly=True) as store:
+            rows = store.summary()
+            out.update(
+                workloads=len({r["workload_key"] for r in rows}),
+                records=sum(r["n_records"] for r in rows),
+                runs=len(store.runs()),
+                targets=sorted({r["target_key"] for r in rows}),
+            )
+    except HistoryError as err:
+        out["error"] = str(err)
+    return out
