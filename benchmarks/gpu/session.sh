@@ -69,6 +69,7 @@ case "$mode" in
 check)
   step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; nvcc --version | tail -2;
     $py -c 'import tvm, cuda.bindings; d=tvm.cuda(0); print(\"tvm\", tvm.__version__, \"cuda-bindings\", cuda.bindings.__version__, d.device_name, d.compute_version)'"
+  step info 60 $py -m autotune info --json  # what the tool itself sees: target key, nvcc, NVRTC
   step pytest_gpu 150 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py
   step tune 240 $py -m autotune tune resnet18 --trials ${TRIALS:-64} --no-mlflow --json --quiet --out "$R/resnet18_cuda.so"
   step run_check 90 $py -m autotune run "$R/resnet18_cuda.so" --check resnet18 --json
