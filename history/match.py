@@ -102,9 +102,7 @@ def exact_hit(
     best = store.best(workload_key, target_key, space_id=space_id)
     if best is None or min_trials <= 1:
         return best
-    records = store.records(workload_key=workload_key, target_key=target_key, space_id=space_id)
-    measured = sum(1 for r in records if r.status != "invalid")
-    return best if measured >= min_trials else None
+    return best if store.count_measured(workload_key, target_key, space_id) >= min_trials else None
 
 
 def match(

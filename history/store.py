@@ -882,6 +882,20 @@ class HistoryStore:
         with self._read() as conn:
             return [self._record_from_row(row) for row in conn.execute(query)]
 
+    def count_measured(self, workload_key: str, target_key: str, space_id: str | None = None) -> int:
+        """How many configs of the layer were measured on the target (any status but
+        ``invalid``: a config the space rejected was never built, so it was no trial)."""
+        r, w, t = schema.records, schema.workloads, schema.targets
+        query = (
+            select(func.count(r.c.id))
+            .select_from(r.join(w, r.c.workload_id == w.c.id).join(t, r.c.target_id == t.c.id))
+            .where(w.c.key == workload_key, t.c.key == target_key, r.c.status != "invalid")
+        )
+        if space_id is not None:
+            query = query.where(r.c.space_id == space_id)
+        with self._read() as conn:
+            return int(conn.execute(query).scalar_one())
+
     def measured_configs(self, workload_key: str, target_key: str, space_id: str) -> set[str]:
         """Canonical JSON of every config already recorded (any status): resume never re-measures."""
         r, w, t = schema.records, schema.workloads, schema.targets
