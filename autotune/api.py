@@ -166,39 +166,64 @@ def compile(
 def run(
     module: str | os.PathLike,
     *,
+    inputs: Mapping[str, Any] | str | os.PathLike | None = None,
     seed: int = 0,
     repeat: int = 10,
     check: str | os.PathLike | None = None,
     rtol: float = 1e-3,
     atol: float = 1e-4,
+    save_outputs: str | os.PathLike | None = None,
+    return_outputs: bool = False,
 ) -> dict[str, Any]:
-    """Load an exported module with the TVM runtime, time it on seeded inputs, and with
-    ``check`` (the zoo name or ONNX file it was compiled from) compare its outputs with
-    ONNX's reference evaluator: ``result["check"]["ok"]``."""
+    """Load an exported module with the TVM runtime and time it on ``inputs`` (arrays by
+    input name, or an ``.npz`` file of them; default: seeded random ones, ``seed``).
+
+    With ``check`` (the zoo name or ONNX file it was compiled from) its outputs are
+    compared with ONNX's reference evaluator on the same inputs: ``result["check"]["ok"]``.
+    ``save_outputs`` writes the outputs to an ``.npz``; ``return_outputs`` puts them, as
+    numpy arrays, under ``result["output_arrays"]``.
+    """
     import numpy as np
 
     from autotune.frontend import load_model
-    from autotune.run import load_metadata, onnx_reference, run_module, seeded_inputs
+    from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
 
     check_count(seed, "seed", zero_ok=True)
     check_count(repeat, "repeat")
     check_count(rtol, "rtol", zero_ok=True, integer=False)
     check_count(atol, "atol", zero_ok=True, integer=False)
-    result = run_module(module, seed=seed, repeat=repeat)
+    meta = load_metadata(module)
+    if inputs is None:
+        feed, source = seeded_inputs(meta, seed), f"seed {seed}"
+    elif isinstance(inputs, Mapping):
+        feed, source = check_inputs(inputs, meta), "given"
+    else:
+        feed, source = load_inputs(inputs, meta), str(inputs)
+    if save_outputs is not None:
+        from autotune.compile import check_output_path
+
+        check_output_path(save_outputs)  # before the run, not after it
+    result = run_module(module, repeat=repeat, inputs=feed)
+    result["inputs_from"] = source
     outputs = result.pop("output_arrays")
     if check is not None:
         check = str(check)
-        meta = load_metadata(module)
         zoo_info = meta.get("zoo") or {}
         if zoo_info.get("name") == check and not Path(check).exists():
             # rebuild exactly the zoo model that was compiled (same size, batch and weights)
             model = load_model(check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
         else:
             model = load_model(check, input_shapes={k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
-        want = onnx_reference(model.proto, seeded_inputs(meta, seed))
+        want = onnx_reference(model.proto, feed)
         errs = [float(np.max(np.abs(g - w))) if g.shape == w.shape else float("inf") for g, w in zip(outputs, want)]
         ok = len(want) == len(outputs) and all(np.allclose(g, w, rtol=rtol, atol=atol) for g, w in zip(outputs, want))
         result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None, "ok": ok}
+    if save_outputs is not None:
+        from autotune.run import save_outputs as write_outputs
+
+        result["saved_outputs"] = str(write_outputs(save_outputs, outputs, meta))
+    if return_outputs:
+        result["output_arrays"] = outputs
     return result
 
 

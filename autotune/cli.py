@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("module", help="a .so written by 'autotune compile'")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--inputs", metavar="FILE.npz", help="run on these inputs (arrays named as the model's inputs) instead of seeded ones")
+    p.add_argument("--save-outputs", metavar="FILE.npz", help="write the outputs there, named as the model names them")
     p.add_argument("--check", metavar="MODEL", help="compare outputs with the ONNX reference evaluator on this model (zoo name or .onnx)")
     p.add_argument("--rtol", type=float, default=1e-3)
     p.add_argument("--atol", type=float, default=1e-4)
@@ -268,15 +270,20 @@ def _status_line(*, quiet: bool):
 def cmd_run(args) -> int:
     from autotune import api
 
-    result = api.run(args.module, seed=args.seed, repeat=args.repeat, check=args.check, rtol=args.rtol, atol=args.atol)
+    result = api.run(
+        args.module, inputs=args.inputs, seed=args.seed, repeat=args.repeat, check=args.check, rtol=args.rtol,
+        atol=args.atol, save_outputs=args.save_outputs,
+    )
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{result['model']} on {result['target']}: median {result['latency_median_s'] * 1e3:.3f} ms "
+        print(f"{result['model']} on {result['target']} (inputs from {result['inputs_from']}): median {result['latency_median_s'] * 1e3:.3f} ms "
               f"(mean {result['latency_mean_s'] * 1e3:.3f} ms, std {result['latency_std_s'] * 1e3:.3f} ms, {result['repeat']}x{result['number']} runs)")
         if "check" in result:
             c = result["check"]
             print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g})")
+        if "saved_outputs" in result:
+            print(f"outputs written to {result['saved_outputs']}")
     return 0 if result.get("check", {}).get("ok", True) else 1
 
 

@@ -1,4 +1,5 @@
-"""Load an exported module with the TVM runtime, feed seeded inputs, time it."""
+"""Load an exported module with the TVM runtime, feed it seeded inputs or the user's own
+(an ``.npz``), time it, and keep its outputs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import os
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -45,6 +46,70 @@ def seeded_inputs(meta: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+def load_inputs(path: str | os.PathLike, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The module's inputs from an ``.npz`` file, one array per input name, as
+    :func:`check_inputs` accepts them. Read with pickling off: an object array in the
+    file is refused, never unpickled."""
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise ValueError("a single array, not an .npz of named arrays")
+            arrays = {name: data[name] for name in data.files}
+    except FileNotFoundError:
+        raise AutotuneError(f"inputs file not found: {path}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise AutotuneError(f"cannot read inputs from {path} (an .npz of arrays named as the model's inputs): {reason}") from None
+    return check_inputs(arrays, meta, source=str(path))
+
+
+def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str = "inputs") -> dict[str, np.ndarray]:
+    """Exactly the module's inputs, each of its shape; a dtype numpy casts without loss
+    of kind (float64 data for a float32 input) is cast, any other refused."""
+    want = meta["inputs"]
+    missing = [name for name in want if name not in arrays]
+    unknown = [name for name in arrays if name not in want]
+    if missing or unknown:
+        said = "; ".join(part for part in (
+            f"missing {', '.join(missing)}" if missing else "", f"unknown {', '.join(map(str, unknown))}" if unknown else "",
+        ) if part)
+        raise AutotuneError(f"{source}: the module takes {', '.join(want)} ({said})")
+    out: dict[str, np.ndarray] = {}
+    for name, info in want.items():
+        array = np.asarray(arrays[name])
+        dtype = np.dtype(info.get("dtype", "float32"))
+        if list(array.shape) != [int(d) for d in info["shape"]]:
+            raise AutotuneError(f"{source}: input {name} has shape {list(array.shape)}, the module takes {info['shape']}")
+        if array.dtype != dtype:
+            if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+                raise AutotuneError(f"{source}: input {name} is {array.dtype}, the module takes {dtype}")
+            array = array.astype(dtype)
+        out[name] = np.ascontiguousarray(array)
+    return out
+
+
+def save_outputs(path: str | os.PathLike, outputs: list[np.ndarray], meta: dict[str, Any]) -> Path:
+    """The outputs as an ``.npz``, named as the model names them (``output_0``... where the
+    module does not say); written whole or not at all."""
+    from autotune.compile import check_output_path, make_parent
+
+    out = check_output_path(path)
+    names = list(meta.get("outputs") or [])
+    if len(names) != len(outputs) or len(set(names)) != len(names):
+        names = [f"output_{i}" for i in range(len(outputs))]
+    parent = make_parent(out)
+    tmp = parent / f".{out.name}.{os.getpid()}.tmp.npz"
+    try:
+        np.savez(tmp, **dict(zip(names, outputs)))
+        os.replace(tmp, out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise AutotuneError(f"cannot write {out}: {err.strerror or err}") from None
+    return out
+
+
 def load(path: str | os.PathLike, meta: dict[str, Any]):
     """(VirtualMachine, device) for an exported module on the device it was built for."""
     import tvm
@@ -61,15 +126,24 @@ def load(path: str | os.PathLike, meta: dict[str, Any]):
     return relax.VirtualMachine(lib, dev), dev
 
 
-def run_module(path: str | os.PathLike, *, seed: int = 0, repeat: int = 10, number: int = 0, warmup: int = 2) -> dict[str, Any]:
-    """Outputs and latency statistics (seconds) of the exported module on seeded inputs."""
+def run_module(
+    path: str | os.PathLike,
+    *,
+    seed: int = 0,
+    repeat: int = 10,
+    number: int = 0,
+    warmup: int = 2,
+    inputs: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """Outputs and latency statistics (seconds) of the exported module on ``inputs``
+    (checked by :func:`check_inputs`), or on seeded ones."""
     import time
 
     import tvm
 
     meta = load_metadata(path)
     vm, dev = load(path, meta)
-    inputs = seeded_inputs(meta, seed)
+    inputs = seeded_inputs(meta, seed) if inputs is None else check_inputs(inputs, meta)
     args = [tvm.runtime.tensor(inputs[name], dev) for name in meta["inputs"]]
     result = vm["main"](*args)
     outputs = _flatten(result)

@@ -132,5 +132,15 @@ def test_tune_compile_run_through_the_api(tmp_path):
     result = api.run(out, check=model, repeat=2)
     assert result["check"]["ok"] is True and result["latency_median_s"] > 0
     assert "output_arrays" not in result
+    assert result["inputs_from"] == "seed 0"
+    import numpy as np
+
+    image = np.random.default_rng(7).standard_normal((1, 3, 32, 32)).astype("float32")
+    mine = api.run(out, inputs={"input": image}, check=model, repeat=1, return_outputs=True)
+    assert mine["inputs_from"] == "given" and mine["check"]["ok"] is True
+    (probs,) = mine["output_arrays"]
+    assert probs.shape == (1, 10) and np.isclose(probs.sum(), 1.0, atol=1e-5)  # the model ends in a softmax
+    with pytest.raises(AutotuneError, match="the module takes input"):
+        api.run(out, inputs={"image": image})
     with pytest.raises(OptionError, match="rtol must be 0 or more"):
         api.run(out, rtol=-1.0)

@@ -665,3 +665,36 @@ def test_info_says_when_history_cannot_be_read(capsys, env):
     hist = json.loads(capsys.readouterr().out)["history"]
     assert hist["exists"] is True and hist["error"]
     assert (env / "notdb.db").read_text() == "not a database"
+
+
+def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):
+    """run --inputs FILE.npz feeds the user's arrays (checked by name, shape and dtype;
+    never unpickled), --check compares on those same inputs, --save-outputs writes the
+    outputs under the model's output names."""
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "m.so", "--json"]) == 0
+    x = np.arange(16, dtype=np.float64).reshape(2, 8) - 8.0  # float64: cast to the module's float32
+    np.savez(env / "in.npz", x=x)
+    capsys.readouterr()
+    assert main(["run", "m.so", "--inputs", "in.npz", "--check", dyn_model, "--save-outputs", "out/y.npz", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["inputs_from"] == "in.npz" and result["check"]["ok"] is True and result["saved_outputs"] == "out/y.npz"
+    with np.load(env / "out" / "y.npz") as saved:
+        assert saved.files == ["y"]
+        np.testing.assert_allclose(saved["y"], np.maximum(x @ np.ones((8, 4)), 0), rtol=1e-6)
+
+    def refused(path, *words):
+        before = sorted(p.name for p in env.iterdir())
+        _user_error(capsys, ["run", "m.so", "--inputs", path, "--save-outputs", "o2.npz"], contains=words)
+        assert sorted(p.name for p in env.iterdir()) == before  # no outputs written
+
+    np.savez(env / "shape.npz", x=np.zeros((3, 8), np.float32))
+    refused("shape.npz", "input x has shape [3, 8], the module takes [2, 8]")
+    np.savez(env / "names.npz", x=np.zeros((2, 8), np.float32), z=np.zeros(1))
+    refused("names.npz", "the module takes x", "unknown z")
+    np.savez(env / "kind.npz", x=np.zeros((2, 8), np.complex64))
+    refused("kind.npz", "input x is complex64, the module takes float32")
+    np.savez(env / "objects.npz", x=np.array([{"a": 1}, None], dtype=object))
+    refused("objects.npz", "cannot read inputs from objects.npz")
+    (env / "text.npz").write_text("not numpy")
+    refused("text.npz", "cannot read inputs from text.npz")
+    refused("absent.npz", "inputs file not found: absent.npz")
