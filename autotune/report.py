@@ -37,6 +37,7 @@ COLUMNS = [
     "budget",
     "probe",
     "resumed",
+    "rematched",
     "best_latency_ms",
     "default_latency_ms",
     "speedup",
@@ -135,6 +136,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "budget": layer.get("budget"),
                 "probe": bool(layer.get("probe")),  # a one-trial first chunk (history covers it closely)
                 "resumed": int(layer.get("resumed") or 0),  # configs earlier runs measured of it
+                "rematched": _rematched(layer.get("rematched")),  # dispatched cold, matched again mid-tune
                 "best_latency_ms": None if best is None else best * 1e3,
                 "default_latency_ms": None if default is None else default * 1e3,
                 "speedup": speedup,
@@ -161,13 +163,20 @@ def budget_ran_out(layer: Mapping[str, Any]) -> bool:
     return layer.get("budget") == 0 and layer.get("dispatch") != "exact"
 
 
+def _rematched(info: Any) -> str | None:
+    """``"xgb for 4"``: the tuner a layer had and for how many trials, before it was matched again."""
+    if not isinstance(info, Mapping) or "from" not in info:
+        return None
+    return f"{info['from']} for {info.get('at_trial')}"
+
+
 def _fmt_tuner(row: Mapping[str, Any]) -> str:
     """The tuner and why; a layer the budget did not reach says so rather than name the
     tuner it would have had."""
     if budget_ran_out(row):
         return "- (no budget left)"
     resumed = f"resumed at {row['resumed']}" if row.get("resumed") else None
-    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None, resumed) if w)
+    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None, resumed, row.get("rematched")) if w)
     return str(row["tuner"] or "-") + (f" ({why})" if why else "")
 
 

@@ -499,7 +499,13 @@ def _layer_metrics(tracker: Tracker, layer: Mapping[str, Any], replay_curve: boo
             "trials": layer.get("trials"),
         }
     )
-    tracker.set_tags({"match_score": layer.get("match_score"), "dispatch": layer.get("dispatch")})
+    rematched = layer.get("rematched") or {}
+    tracker.set_tags({
+        "match_score": layer.get("match_score"), "dispatch": layer.get("dispatch"),
+        # params cannot change: a layer matched again mid-tune names its last tuner here
+        "tuner_at_end": layer.get("tuner") if rematched else None,
+        "rematched_at_trial": rematched.get("at_trial"),
+    })
     if replay_curve:
         for point in layer.get("curve") or []:
             try:

@@ -45,6 +45,9 @@ class TuneOptions:
     #: dispatches (tuner "auto")
     probes: bool = True
     probe_at: float | None = None  # the match score from which a layer is probed (None: ``high``)
+    #: a layer dispatched cold is matched again before each later chunk, and tuned by the
+    #: tuner that match picks once layers tuned since resemble it (tuner "auto" only)
+    rematch: bool = True
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
     def __post_init__(self) -> None:
@@ -221,6 +224,8 @@ class TuneSession:
                 p = progress[name]
                 if name not in open_:
                     open_[name] = self._open_layer(by_name[name], p)
+                else:
+                    self._rematch_cold(open_[name])
                 p.allotted += n
                 self.reporter.layer_budget(name, p.allotted)
                 report["schedule"].append([name, n])
@@ -342,14 +347,14 @@ class TuneSession:
             "curve": [],
         }
 
-    def _match(self, layer, space, *, summary=None):
+    def _match(self, layer, space, *, summary=None, exclude=()):
         from autotune import dispatch
         from history.match import match
 
         opts = self.options
         m = match(
             self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class),
-            space_id=space.space_id, summary=summary, min_trials=self._tuned_at(space),
+            space_id=space.space_id, summary=summary, min_trials=self._tuned_at(space), exclude=exclude,
         )
         return m, dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
 
@@ -368,25 +373,51 @@ class TuneSession:
 
     def _open_layer(self, layer, progress: LayerProgress) -> "_LayerTuning":
         """Match, dispatch and make the layer's tuner, told what earlier runs measured."""
-        from search import make_tuner
-        from search.tuner import TrialResult
-
-        opts = self.options
         space = self._space(layer)
         m, decision = self._match(layer, space)
         out = self._layer_outcome(layer, m, decision)
         self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
         out["default_latency"] = progress.default_s  # timed for every pending layer before tuning
         self.tracker.open_layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
-        priors = priors_from_match(self.store, m, space=space, lanes=float_lanes(self.target.kind, self.target.arch))
-        out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors)}
-        tuner = make_tuner(decision.tuner, space, seed=opts.seed, priors=priors, layer_features=layer.features())
-        # Resume: what earlier runs measured for this exact layer is known, not re-measured.
-        earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
-        tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
+        tuner, earlier = self._layer_tuner(layer, space, m, decision, out)
         out["resumed"] = sum(1 for r in earlier if r.status != "invalid")
         best = min((r.latency_median for r in earlier if r.ok), default=None)
         return _LayerTuning(layer, space, decision.tuner, tuner, out, best)
+
+    def _layer_tuner(self, layer, space, m, decision, out: dict[str, Any]):
+        """The tuner ``decision`` names, with the priors of match ``m``, told every config of
+        the layer measured so far (by earlier runs, or this one): none is measured again."""
+        from search import make_tuner
+        from search.tuner import TrialResult
+
+        priors = priors_from_match(self.store, m, space=space, lanes=float_lanes(self.target.kind, self.target.arch))
+        out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors)}
+        tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())
+        earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
+        tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
+        return tuner, earlier
+
+    def _rematch_cold(self, run: "_LayerTuning") -> None:
+        """A layer dispatched cold (history held nothing like it) is matched again before each
+        later chunk: the layers tuned since are history now. Once it matches some, the cold
+        tuner gives way to the one the match picks, as it would in the next tune.
+
+        Its own records are left out of this match: after its first chunk they would make
+        it an exact hit, or its own closest neighbour, and tell nothing new.
+        """
+        if not self.options.rematch or self.options.tuner != "auto" or run.tuner_name != "xgb":
+            return
+        m, decision = self._match(run.layer, run.space, exclude=(run.layer.workload_key,))
+        if decision.tuner == "xgb":
+            return
+        out = run.out
+        run.tuner, _ = self._layer_tuner(run.layer, run.space, m, decision, out)
+        out["rematched"] = {"from": run.tuner_name, "at_trial": len(out["curve"])}
+        out.update(match_score=m.score, match=m.to_dict(), dispatch=decision.dispatch, tuner=decision.tuner)
+        run.tuner_name = decision.tuner
+        self.reporter.message(
+            f"{run.layer.name}: history now holds layers like it (match {m.score:.2f}); {decision.tuner} from trial {len(out['curve']) + 1}"
+        )
 
     def _advance(self, run: "_LayerTuning", progress: LayerProgress, trials: int) -> int:
         """Measure up to ``trials`` more configs of the layer; returns how many were measured

@@ -13,6 +13,8 @@ is what a split tries to minimise and is free of the whole-model timing's noise.
 Run:  python benchmarks/bench_budget_split.py --models transformer,mobilenetv2,resnet18 --size 56 --trials 64 --seeds 0,1,2,3,4 --out FILE
       (``--splits adaptive,adaptive_no_probes``: the adaptive split with and without its
       one-trial probes of layers history covers closely)
+      (``--splits adaptive,adaptive_no_rematch``: with and without matching a layer
+      dispatched cold again before its later chunks)
 Prints one JSON object; the README records the figures.
 """
 
@@ -41,6 +43,8 @@ SPLITS = {
     "adaptive_no_probes": {"budget_split": "adaptive", "probes": False},
     # probes from a lower match than the guided GA's threshold
     "adaptive_probe_at_0.5": {"budget_split": "adaptive", "probe_at": 0.5},
+    # a layer dispatched cold stays with cold XGBoost for all its chunks (before 2026-11-25)
+    "adaptive_no_rematch": {"budget_split": "adaptive", "rematch": False},
 }
 
 
@@ -76,6 +80,9 @@ def one_seed(model: str, size: int, trials: int, seed: int, target, splits: list
                 row[f"{split}_tuned_ms"] = round(tuned_time(report) * 1e3, 4)
                 row[f"{split}_trials"] = {l["name"]: l["trials"] for l in report["layers"]}
                 row[f"{split}_probes"] = [l["name"] for l in report["layers"] if l.get("probe")]
+                # layers dispatched cold and matched again mid-tune: {name: [from, at trial, now]}
+                row[f"{split}_rematched"] = {l["name"]: [l["rematched"]["from"], l["rematched"]["at_trial"], l["tuner"]]
+                                             for l in report["layers"] if l.get("rematched")}
                 row[f"{split}_layer_ms"] = {k: round(v * 1e3, 4) for k, v in layer_times(report).items()}
                 spec, mod = frontend.load_and_fuse(model, size=size)
                 mods[split], _ = compiler.apply_history(mod, session.decomposition, target, store)

@@ -376,3 +376,55 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     assert plain["probes"] is False
     assert [n for _, n in plain["schedule"][:2]] == [4, 2]
     assert not any(layer["probe"] for layer in plain["layers"])
+
+
+def _heavy_then_light_conv(path: Path) -> Path:
+    """A heavy 3x3 convolution, then a light strided one (8x fewer FLOPs): after both
+    first chunks, the adaptive split gives the next one to the heavy convolution."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype("float32"), "W1"),
+        numpy_helper.from_array((rng.standard_normal((8, 32, 3, 3)) * 0.1).astype("float32"), "W2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["input", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["output"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "heavy_light", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 16, 32, 32])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 8, 16, 16])], inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_layer_tuned_cold_is_matched_again_once_history_resembles_it(tmp_path):
+    """The heavy convolution meets an empty history (cold XGBoost); by its second chunk
+    the light one is tuned, so it is matched again and goes on with the tuner that match
+    picks, told what it measured (nothing measured twice). With ``rematch=False`` it
+    stays cold."""
+    from autotune import api
+    from autotune.report import format_table
+
+    model = _heavy_then_light_conv(tmp_path / "heavy_light.onnx")
+
+    def tune(name: str, **options) -> dict:
+        return api.tune(model, target="llvm", history=str(tmp_path / f"{name}.db"), out_dir=tmp_path / name, mlflow=False,
+                        trials=12, model_latency=False, **options)
+
+    report = tune("again")
+    heavy_name = report["schedule"][0][0]
+    assert [n for name, n in report["schedule"] if name == heavy_name] == [4, 4], report["schedule"]
+    heavy = next(l for l in report["layers"] if l["name"] == heavy_name)
+    assert heavy["rematched"] == {"from": "xgb", "at_trial": 4}
+    assert heavy["tuner"] in ("tl_xgb", "gga") and heavy["dispatch"] in ("transfer", "guided") and heavy["match_score"] > 0.05
+    assert heavy["trials"] == 8 and f"{heavy['tuner']} ({heavy['dispatch']}, xgb for 4)" in format_table(report)
+    with open_history(str(tmp_path / "again.db"), readonly=True) as store:
+        mine = [r for r in store.records(workload_key=heavy["workload_key"]) if r.tuner != "baseline" and r.config and r.status != "invalid"]
+    assert sorted(r.tuner for r in mine) == sorted([heavy["tuner"]] * 4 + ["xgb"] * 4)
+    assert len({json.dumps(r.config, sort_keys=True) for r in mine}) == 8
+
+    stays = next(l for l in tune("cold", rematch=False)["layers"] if l["name"] == heavy_name)
+    assert stays["tuner"] == "xgb" and stays["dispatch"] == "cold" and stays.get("rematched") is None
