@@ -297,12 +297,10 @@ def _home() -> Path:
 
 def _history_exists(location: str | None) -> bool:
     """compile reads history if there is one; a missing default file means 'no history'."""
-    from history import resolve_location
+    from history.location import resolve_location, sqlite_file
 
-    url = resolve_location(location)
-    if not url.startswith("sqlite:///"):
-        return True
-    return Path(url[len("sqlite:///"):]).exists() or location is not None
+    path = sqlite_file(resolve_location(location))
+    return path is None or path.exists() or location is not None
 
 
 def _write_decomposition(model_layers, out_dir: Path) -> list[Path]:

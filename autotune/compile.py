@@ -125,6 +125,26 @@ def make_parent(out: Path) -> Path:
     return parent
 
 
+def write_atomically(out: Path, write: Callable[[Path], None], *, suffix: str = ".tmp") -> Path:
+    """``out`` written whole or not at all: ``write`` fills a temporary file beside it
+    (named ending in ``suffix``), which is then renamed over ``out``. Not mkstemp: its
+    0600 mode would survive the rename; a unique name suffices."""
+    import uuid
+
+    parent = make_parent(out)
+    tmp = parent / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}{suffix}"
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise AutotuneError(f"cannot write {out}: {err.strerror or err}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
+
+
 def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpack_imports=None) -> Path:
     """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically.
 

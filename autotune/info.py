@@ -14,7 +14,6 @@ import importlib.util
 import platform
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 #: Distributions whose versions decide behaviour (the pins in pyproject.toml).
@@ -107,10 +106,12 @@ def _nvcc() -> str | None:
 def _history(location: str | None) -> dict[str, Any]:
     """Where history is and, if it exists, how much it holds; never creates it."""
     from history import HistoryError, mask_url, open_history, resolve_location
+    from history.location import sqlite_file
 
     url = resolve_location(location)
     out: dict[str, Any] = {"url": mask_url(url)}
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
         return {**out, "exists": False}
     out["exists"] = True
     try:

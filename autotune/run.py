@@ -93,21 +93,14 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
 def save_outputs(path: str | os.PathLike, outputs: list[np.ndarray], meta: dict[str, Any]) -> Path:
     """The outputs as an ``.npz``, named as the model names them (``output_0``... where the
     module does not say); written whole or not at all."""
-    from autotune.compile import check_output_path, make_parent
+    from autotune.compile import check_output_path, write_atomically
 
     out = check_output_path(path)
     names = list(meta.get("outputs") or [])
     if len(names) != len(outputs) or len(set(names)) != len(names):
         names = [f"output_{i}" for i in range(len(outputs))]
-    parent = make_parent(out)
-    tmp = parent / f".{out.name}.{os.getpid()}.tmp.npz"
-    try:
-        np.savez(tmp, **dict(zip(names, outputs)))
-        os.replace(tmp, out)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise AutotuneError(f"cannot write {out}: {err.strerror or err}") from None
-    return out
+    # np.savez adds ".npz" to a name without it: the temporary name keeps it
+    return write_atomically(out, lambda tmp: np.savez(tmp, **dict(zip(names, outputs))), suffix=".tmp.npz")
 
 
 def load(path: str | os.PathLike, meta: dict[str, Any]):

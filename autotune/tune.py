@@ -121,6 +121,8 @@ class TuneSession:
         self._input_shapes: list[list[int]] = []
         self._input_dtypes: list[str] = []
         self._interrupts = interrupt_mark()
+        #: configs measured this run per op class: new evidence a cold layer's match may gain
+        self._measured_by_class: dict[str, int] = {}
 
     @property
     def measurer(self):
@@ -382,7 +384,7 @@ class TuneSession:
         tuner, earlier = self._layer_tuner(layer, space, m, decision, out)
         out["resumed"] = sum(1 for r in earlier if r.status != "invalid")
         best = min((r.latency_median for r in earlier if r.ok), default=None)
-        return _LayerTuning(layer, space, decision.tuner, tuner, out, best)
+        return _LayerTuning(layer, space, decision.tuner, tuner, out, best, others_at_match=self._measured_by_class.get(layer.op_class, 0))
 
     def _layer_tuner(self, layer, space, m, decision, out: dict[str, Any]):
         """The tuner ``decision`` names, with the priors of match ``m``, told every config of
@@ -407,6 +409,11 @@ class TuneSession:
         """
         if not self.options.rematch or self.options.tuner != "auto" or run.tuner_name != "xgb":
             return
+        # only layers of its class measured since its last match can change that match
+        others = self._measured_by_class.get(run.layer.op_class, 0) - len(run.out["curve"])
+        if others == run.others_at_match:
+            return
+        run.others_at_match = others
         m, decision = self._match(run.layer, run.space, exclude=(run.layer.workload_key,))
         if decision.tuner == "xgb":
             return
@@ -446,6 +453,7 @@ class TuneSession:
                     self.tracker.log_trial(step, run.best, layer.flops, layer=layer.name)
             self.reporter.trial(layer.name, len(out["curve"]), run.best)
         out["trials"] = len(out["curve"])
+        self._measured_by_class[layer.op_class] = self._measured_by_class.get(layer.op_class, 0) + done
         run.invalid += invalid
         # What the layer's cost model learned weighs the next layer's match at once: with
         # layers tuned by turns none is closed until the budget is spent.
@@ -609,6 +617,8 @@ class _LayerTuning:
     out: dict[str, Any]
     best: float | None
     invalid: int = 0
+    #: configs of other layers of its class this run had measured when it was last matched
+    others_at_match: int = 0
 
 
 def close_stale_runs(store) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 #: Environment variable naming the history location (file path or SQLAlchemy URL).
 ENV_VAR = "AUTOTUNE_HISTORY"
@@ -40,6 +41,12 @@ def resolve_location(location: str | os.PathLike[str] | None = None) -> str:
     if is_url(value):
         return value
     return "sqlite:///" + os.path.abspath(os.path.expanduser(value))
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:///`` URL from :func:`resolve_location` names; None for a server."""
+    prefix = "sqlite:///"
+    return Path(url[len(prefix):]) if url.startswith(prefix) else None
 
 
 def mask_url(url: str) -> str:

@@ -9,7 +9,6 @@ gives a byte-identical model, so tuning records can be tied to a workload.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,20 +158,8 @@ def export_model(
     temporary file beside the target and renamed over it, so a failure never
     leaves a partial ``.onnx`` that a later run could mistake for a model.
     """
-    from autotune.compile import check_output_path, make_parent
+    from autotune.compile import check_output_path, write_atomically
 
     target = check_output_path(path)
     model = build_model(name, batch_size=batch_size, size=size, seed=seed)
-    make_parent(target)
-    # Not mkstemp: its 0600 mode would survive the rename; a unique name suffices.
-    tmp_name = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    try:
-        onnx.save(model, tmp_name)
-        os.replace(tmp_name, target)
-    except OSError as err:
-        tmp_name.unlink(missing_ok=True)
-        raise AutotuneError(f"cannot write {target}: {err.strerror or err}") from None
-    except BaseException:
-        tmp_name.unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomically(target, lambda tmp: onnx.save(model, tmp))
