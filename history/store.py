@@ -3,22 +3,18 @@
 SQLAlchemy Core (no ORM) keeps one code path for a SQLite file and a PostgreSQL server.
 Each public write is its own committed transaction, so a tuning process killed at any
 moment loses nothing it already recorded; SQLite runs in WAL mode with a busy timeout
-and ``BEGIN IMMEDIATE`` writes so several processes can share one file.
+and ``BEGIN IMMEDIATE`` writes so several processes can share one file (how a file is
+checked and opened that way is :mod:`history.sqlite_db`).
 """
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import json
 import os
-import random
-import sqlite3
-import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping, Sequence
-from urllib.parse import quote
+from typing import Any, Iterator, Mapping, Sequence
 
 from sqlalchemy import (
     Connection,
@@ -26,7 +22,6 @@ from sqlalchemy import (
     and_,
     case,
     create_engine,
-    event,
     func,
     insert,
     inspect,
@@ -36,15 +31,13 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     ArgumentError,
-    DBAPIError,
     IntegrityError,
     NoSuchModuleError,
     SQLAlchemyError,
 )
-from sqlalchemy.pool import QueuePool, StaticPool
 
-from . import schema
-from .errors import HistoryError
+from . import schema, sqlite_db
+from .errors import HistoryError, cause
 from .location import mask_url, resolve_location
 from .models import (
     BASELINE_SPACE_PREFIX,
@@ -58,16 +51,21 @@ from .models import (
     config_hash,
     sample_stats,
 )
+from .sqlite_db import (
+    BEGIN_OPTION,
+    check_existing_file,
+    create_file,
+    enable_wal,
+    is_busy,
+    leave_rollback_journal,
+    make_parents,
+    remove_created,
+    retry_while_busy,
+    sqlite_engine,
+)
 
-#: Seconds a SQLite writer waits for another process's write lock before giving up.
-BUSY_TIMEOUT_S = 60.0
 #: Seconds to wait for a database server before reporting it unreachable.
 CONNECT_TIMEOUT_S = 5
-#: Seconds the switch to WAL mode waits for other processes' locks (at open, and on each
-#: new connection) before the file keeps its rollback journal.
-WAL_SWITCH_WAIT_S = 5.0
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_BEGIN_OPTION = "history_begin"
 #: PostgreSQL advisory-lock keys (any fixed 64-bit numbers), held to commit: one while
 #: creating tables, one while importing (an import's duplicate check must see every record
 #: an import running beside it added; SQLite's BEGIN IMMEDIATE serializes both already).
@@ -78,71 +76,6 @@ _PG_IMPORT_LOCK = _PG_SCHEMA_LOCK + 1
 def utc_now() -> str:
     """UTC ISO-8601 timestamp with microseconds: sortable as text, same on every machine."""
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
-def _cause(exc: BaseException) -> str:
-    """The driver's own message (e.g. 'database or disk is full'), without SQLAlchemy's SQL dump."""
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        text = str(exc.orig)
-    else:
-        text = str(exc)
-    text = " ".join(text.split())
-    return text or type(exc).__name__
-
-
-def _is_busy(exc: BaseException | None) -> bool:
-    """SQLITE_BUSY/LOCKED anywhere in the cause chain (HistoryError -> SQLAlchemy -> sqlite3)."""
-    seen = 0
-    while exc is not None and seen < 8:
-        if isinstance(exc, sqlite3.OperationalError):
-            code = getattr(exc, "sqlite_errorcode", None)
-            if code is not None:
-                return (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-            return "database is locked" in str(exc)
-        exc = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc.__cause__
-        seen += 1
-    return False
-
-
-def _retry_while_busy(step: Callable[[], None], seconds: float = BUSY_TIMEOUT_S) -> None:
-    """Run ``step`` again while SQLite answers "database is locked" without waiting.
-
-    SQLite's busy timeout does not cover every lock conflict: to avoid a deadlock it fails at
-    once when, for example, two processes that both just created a file race to create the
-    tables and switch to WAL (the journal-mode switch wants an exclusive lock while the other
-    holds a shared one). Backing off and trying again resolves it.
-    """
-    deadline = time.monotonic() + seconds
-    delay = 0.005
-    while True:
-        try:
-            step()
-            return
-        except HistoryError as exc:
-            if not _is_busy(exc) or time.monotonic() + delay > deadline:
-                raise
-        time.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, 0.25)
-
-
-def _switch_to_wal(conn: sqlite3.Connection) -> None:
-    """``PRAGMA journal_mode=WAL``, waiting at most WAL_SWITCH_WAIT_S for other processes' locks.
-
-    The switch needs the file to itself; a reader of a rollback-journal file blocks it, and
-    nothing is gained by waiting the full write timeout for it.
-    """
-    conn.execute(f"PRAGMA busy_timeout={int(WAL_SWITCH_WAIT_S * 1000)}")
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-    finally:
-        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-
-
-def _is_empty_file(path: str) -> bool:
-    try:
-        return os.path.getsize(path) == 0
-    except OSError:
-        return False
 
 
 def _check_str(name: str, value: Any) -> str:
@@ -200,7 +133,7 @@ class HistoryStore:
         database = url.database or ""
         if database in ("", ":memory:"):
             self.location = "sqlite in-memory database"
-            self._engine = self._sqlite_engine(":memory:", readonly=False, immutable=False, memory=True)
+            self._engine = sqlite_engine(":memory:", readonly=False, immutable=False, memory=True, wal=self._uses_wal)
             self._init_schema(writable=True, create=True)
             return
         path = os.path.abspath(os.path.expanduser(database))
@@ -210,7 +143,7 @@ class HistoryStore:
         try:
             immutable = False
             if os.path.lexists(path):
-                self._check_existing_file(path, readonly=readonly)
+                check_existing_file(path, readonly=readonly)
                 if readonly:
                     # A WAL database in a directory we cannot write (no -shm to create)
                     # can still be read if nobody writes it: nobody can, without a -wal.
@@ -219,170 +152,28 @@ class HistoryStore:
             elif readonly or not create:
                 raise HistoryError(f"no history at {path} (file does not exist)")
             else:
-                created_dirs = self._make_parents(path)
-                created_file = self._create_file(path)
-            self._engine = self._sqlite_engine(path, readonly=readonly, immutable=immutable, memory=False)
-            _retry_while_busy(lambda: self._init_schema(writable=not readonly, create=create))
+                created_dirs = make_parents(path)
+                created_file = create_file(path)
+            self._engine = sqlite_engine(
+                path, readonly=readonly, immutable=immutable, memory=False, wal=self._uses_wal
+            )
+            retry_while_busy(lambda: self._init_schema(writable=not readonly, create=create))
             if not readonly:
                 # Only now, once the file is known to be ours: WAL rewrites the file header.
                 self._wal = True
                 try:
-                    _retry_while_busy(self._enable_wal, seconds=WAL_SWITCH_WAIT_S)
+                    retry_while_busy(lambda: enable_wal(self.engine, path), seconds=sqlite_db.WAL_SWITCH_WAIT_S)
                 except HistoryError as exc:
-                    if not _is_busy(exc):
+                    if not is_busy(exc):
                         raise
                     # Still contended: the rollback journal is just as safe, only less concurrent.
         except BaseException:
             self._dispose()
-            # Only a file nobody has written to yet: another process may already share it.
-            if created_file and _is_empty_file(path):
-                for suffix in ("-wal", "-shm", "-journal", ""):
-                    try:
-                        os.unlink(path + suffix)
-                    except OSError:
-                        pass
-            for d in reversed(created_dirs):
-                try:
-                    os.rmdir(d)
-                except OSError:
-                    pass
+            remove_created(path, created_file, created_dirs)
             raise
 
-    def _enable_wal(self) -> None:
-        try:
-            raw = self.engine.raw_connection()
-            try:
-                _switch_to_wal(raw.driver_connection)  # type: ignore[arg-type]
-            finally:
-                raw.close()
-        except (sqlite3.Error, SQLAlchemyError) as exc:
-            raise HistoryError(f"cannot open history at {self.location}: {_cause(exc)}") from exc
-
-    @staticmethod
-    def _check_existing_file(path: str, *, readonly: bool) -> None:
-        """Refuse anything that is not a (possibly empty) SQLite file we may use as asked."""
-        if os.path.isdir(path):
-            raise HistoryError(f"cannot open history at {path}: it is a directory, not a database file")
-        if not os.path.isfile(path):
-            raise HistoryError(f"cannot open history at {path}: not a regular file")
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(len(_SQLITE_HEADER))
-        except OSError as exc:
-            raise HistoryError(f"cannot read history at {path}: {exc.strerror or exc}") from None
-        if head and head != _SQLITE_HEADER:
-            raise HistoryError(
-                f"cannot open history at {path}: the file exists but is not a SQLite database "
-                "(refusing to overwrite it; choose another location)"
-            )
-        if readonly:
-            return
-        try:
-            fd = os.open(path, os.O_RDWR)
-            os.close(fd)
-        except OSError as exc:
-            raise HistoryError(
-                f"cannot open history at {path} for writing: {exc.strerror or exc} (the file is read-only)"
-            ) from None
-        parent = os.path.dirname(path)
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise HistoryError(
-                f"cannot open history at {path} for writing: directory {parent} is not writable "
-                "(SQLite keeps its journal files next to the database)"
-            )
-
-    @staticmethod
-    def _make_parents(path: str) -> list[str]:
-        """Create missing parent directories, returning those created (to remove on failure)."""
-        parent = os.path.dirname(path)
-        missing: list[str] = []
-        probe = parent
-        while not os.path.exists(probe):
-            missing.append(probe)
-            up = os.path.dirname(probe)
-            if up == probe:
-                break
-            probe = up
-        if not os.path.isdir(probe):
-            raise HistoryError(f"cannot create history at {path}: {probe} is not a directory")
-        created: list[str] = []
-        for d in reversed(missing):
-            try:
-                os.mkdir(d)
-            except FileExistsError:
-                continue  # created concurrently by another process: fine
-            except OSError as exc:
-                for c in reversed(created):
-                    try:
-                        os.rmdir(c)
-                    except OSError:
-                        pass
-                raise HistoryError(
-                    f"cannot create history at {path}: cannot create directory {d}: {exc.strerror or exc}"
-                ) from None
-            created.append(d)
-        return created
-
-    @staticmethod
-    def _create_file(path: str) -> bool:
-        """Create the empty database file ourselves: a clearer error than SQLite's, and exclusive."""
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False  # another process created it in the meantime; SQLite will share it
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                why = f"directory {os.path.dirname(path)} is not writable ({why})"
-            raise HistoryError(f"cannot create history at {path}: {why}") from None
-        os.close(fd)
-        return True
-
-    def _sqlite_engine(self, path: str, *, readonly: bool, immutable: bool, memory: bool) -> Engine:
-        """Engine whose connections have FKs on, a busy timeout, WAL, and explicit BEGINs."""
-
-        def connect() -> sqlite3.Connection:
-            if memory:
-                return sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            if readonly:
-                uri = f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
-                return sqlite3.connect(
-                    uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-                )
-            return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-
-        engine = create_engine(
-            "sqlite://", creator=connect, poolclass=StaticPool if memory else QueuePool
-        )
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-            # pysqlite's own transaction handling is off (isolation_level=None); we BEGIN below.
-            dbapi_conn.isolation_level = None
-            cur = dbapi_conn.cursor()
-            try:
-                cur.execute("PRAGMA foreign_keys=ON")
-                cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-                if readonly:
-                    cur.execute("PRAGMA query_only=ON")
-                elif self._wal:
-                    # Best effort: another process's close() may have switched the file back to a
-                    # rollback journal; if the switch is contended now, that journal is just as safe.
-                    try:
-                        _switch_to_wal(dbapi_conn)
-                    except sqlite3.OperationalError as exc:
-                        if not _is_busy(exc):
-                            raise
-            finally:
-                cur.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            # Writers take the lock up front (BEGIN IMMEDIATE): a deferred transaction that
-            # upgrades to a writer later fails at once with "database is locked" in WAL mode.
-            conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
-
-        return engine
+    def _uses_wal(self) -> bool:
+        return self._wal
 
     def _open_server(self, url: URL, *, create: bool, readonly: bool) -> None:
         """Open a database server (PostgreSQL...): unknown dialect, missing driver, unreachable -> HistoryError."""
@@ -414,7 +205,7 @@ class HistoryStore:
                 with self._engine.connect():
                     pass
             except SQLAlchemyError as exc:
-                raise HistoryError(f"cannot connect to history at {self.url}: {_cause(exc)}") from None
+                raise HistoryError(f"cannot connect to history at {self.url}: {cause(exc)}") from None
             self._init_schema(writable=not readonly, create=create)
         except BaseException:
             self._dispose()
@@ -475,7 +266,7 @@ class HistoryStore:
         return self._engine
 
     def _error(self, action: str, exc: BaseException) -> HistoryError:
-        return HistoryError(f"cannot {action} in history at {self.location}: {_cause(exc)}")
+        return HistoryError(f"cannot {action} in history at {self.location}: {cause(exc)}")
 
     @staticmethod
     def _serialize(conn: Connection, key: int) -> None:
@@ -494,7 +285,7 @@ class HistoryStore:
         try:
             with self.engine.connect() as conn:
                 if self._sqlite:
-                    conn.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
+                    conn.execution_options(**{BEGIN_OPTION: "BEGIN IMMEDIATE"})
                 with conn.begin():
                     yield conn
         except SQLAlchemyError as exc:
@@ -509,24 +300,11 @@ class HistoryStore:
             raise self._error("read", exc) from exc
 
     def close(self) -> None:
-        """Release connections; the last SQLite writer out leaves the file in rollback-journal mode.
-
-        A read-only (``mode=ro``) reader of a WAL-mode file creates ``-wal``/``-shm`` files it
-        can never remove, so listing commands would litter the directory. Switching back to
-        DELETE mode needs exclusive access: it silently does nothing while others use the file.
-        """
+        """Release connections; the last SQLite writer out leaves the file in rollback-journal mode."""
         engine = self._engine
         self._dispose()
-        if engine is None or not self._sqlite or self.readonly or not os.path.isabs(self.location):
-            return
-        try:
-            conn = sqlite3.connect(self.location, timeout=0, isolation_level=None)
-            try:
-                conn.execute("PRAGMA journal_mode=DELETE")
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            pass
+        if engine is not None and self._sqlite and not self.readonly and os.path.isabs(self.location):
+            leave_rollback_journal(self.location)
 
     def _dispose(self) -> None:
         if self._engine is not None:

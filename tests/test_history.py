@@ -356,9 +356,9 @@ def test_open_for_writing_while_another_process_reads_a_rollback_journal_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The switch to WAL needs the file to itself; a reader mid-transaction must not make open fail."""
-    from history import store as store_module
+    from history import sqlite_db
 
-    monkeypatch.setattr(store_module, "WAL_SWITCH_WAIT_S", 0.2)
+    monkeypatch.setattr(sqlite_db, "WAL_SWITCH_WAIT_S", 0.2)
     path = tmp_path / "h.db"
     populated(path).close()  # the last writer out leaves the file in rollback-journal mode
     reader = sqlite3.connect(path, isolation_level=None)
