@@ -82,6 +82,7 @@ def tune(
     With ``out``, the tuned model is compiled and exported there too (``export``).
     """
     from autotune.progress import make_reporter
+    from autotune.report import run_dir
     from autotune.tracking import Tracker, finish_with_report
     from autotune.tune import TuneSession, ensure_measurable
     from history import open_history
@@ -108,7 +109,7 @@ def tune(
     try:
         with tracker:
             report = session.tune_model(str(model), input_shapes=shapes, size=size, batch_size=batch_size)
-            report_dir = Path(out_dir) if out_dir is not None else _home() / "runs" / session.run_id
+            report_dir = Path(out_dir) if out_dir is not None else run_dir(session.run_id)
             report["mlflow_run_id"] = tracker.run_id
             report["report_dir"] = str(report_dir)
             for path in _write_decomposition(session.decomposition, report_dir):
@@ -287,12 +288,6 @@ def _check_model_size(size: int | None, batch_size: int) -> None:
     if size is not None:
         check_count(size, "size")
     check_count(batch_size, "batch_size")
-
-
-def _home() -> Path:
-    from history.location import autotune_home
-
-    return Path(autotune_home())
 
 
 def _history_exists(location: str | None) -> bool:

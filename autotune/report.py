@@ -21,6 +21,13 @@ from autotune.errors import AutotuneError
 from autotune.roofline import Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
 
 REPORT_JSON = "report.json"
+
+
+def run_dir(run_id: str) -> Path:
+    """Where ``tune`` writes a run's report unless told otherwise, and where ``report`` looks first."""
+    from history.location import autotune_home
+
+    return Path(autotune_home()) / "runs" / run_id
 REPORT_CSV = "report.csv"
 CONVERGENCE_PNG = "convergence.png"
 LAYERS_TXT = "layers.txt"
@@ -423,9 +430,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
 
     run_id = str(run_id_or_dir).strip()
     if _RUN_ID.fullmatch(run_id):
-        from history.location import autotune_home
-
-        local = Path(autotune_home()) / "runs" / run_id / REPORT_JSON
+        local = run_dir(run_id) / REPORT_JSON
         if local.is_file():
             return _read_report_file(local)
     from autotune.tracking import _fast_fail_http, _one_line, _quiet_mlflow, env_defaults, open_client
