@@ -51,6 +51,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse's own mistakes (a bad int, a missing argument, an unknown choice) in one
     line, as every other input error is: not the command's whole usage first."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The innermost (sub)command's parser ends up in the namespace: an unknown flag is
+        # then reported against `autotune tune --help`, not the top level's.
+        self.set_defaults(cli_parser=self)
+
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
@@ -483,7 +489,9 @@ def _flag(option: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.cli_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         getattr(args, "help_of", parser).print_help()
         return EXIT_USAGE

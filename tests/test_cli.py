@@ -129,6 +129,20 @@ def test_argparse_mistakes_in_one_line(capsys, argv, words):
     assert exc.value.code == 2 and len(lines) == 1 and words in lines[0] and "--help" in lines[0], lines
 
 
+@pytest.mark.parametrize(
+    "argv,command",
+    [(["history", "ls", "--bogus"], "autotune history ls"), (["tune", "resnet18", "--no-progress"], "autotune tune"), (["--bogus"], "autotune")],
+)
+def test_an_unknown_flag_points_to_its_own_commands_help(capsys, argv, command):
+    """argparse reports leftovers from the top-level parser; the user needs the subcommand's help."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert exc.value.code == 2
+    assert line.startswith(f"{command}: error: unrecognized arguments: {argv[-1]}")
+    assert line.endswith(f"(see '{command} --help')")
+
+
 @pytest.mark.parametrize("bad", ["x=3y8", "x", "x=0x8", "=3x8"])
 def test_bad_input_shape_syntax(capsys, dyn_model, bad):
     _user_error(capsys, ["layers", dyn_model, "--input-shape", bad], contains=("--input-shape", repr(bad)))
