@@ -11,13 +11,23 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: Op classes worth spending measurements on; the rest keep TVM's default schedule.
+#: Convolutions are classed by spatial rank (``conv1d``: speech, ``conv3d``: video) and
+#: kind, so history transfers only between like kernels: a conv1d's features (its
+#: kernel, stride, reduction extents) mean something else in a conv2d's.
 TUNABLE_CLASSES = (
+    "conv1d",
     "conv2d",
+    "conv3d",
+    "depthwise_conv1d",
     "depthwise_conv2d",
+    "conv1d_transpose",
+    "conv2d_transpose",
+    "conv3d_transpose",
     "dense",
     "batch_matmul",
     "pool",
@@ -30,6 +40,12 @@ _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8":
 _REDUCE = 2  # IterVar.iter_type of a reduction axis (CommReduce)
 #: Blocks TOPI emits to copy an input into a padded buffer.
 _PAD_BLOCKS = ("pad_temp", "data_pad", "PadInput")
+#: Blocks TOPI's transposed convolutions emit: the input spread out by the stride, and the
+#: kernel flipped (``kernel_transform`` in 2-D, ``kernel`` in 1-D); the anchor, named
+#: ``compute``, is then a plain convolution over the spread input.
+_TRANSPOSE_BLOCKS = ("data_dilate", "kernel_transform", "kernel")
+#: Classes whose anchor is a multiply-accumulate (two FLOPs per iteration).
+_MAC = re.compile(r"(depthwise_)?conv\dd(_transpose)?|dense|batch_matmul")
 
 
 @dataclass
@@ -161,17 +177,24 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
     const_names = {p.name for p, c in zip(func.params, const_mask) if c}
     op_class = _classify(anchor, bool(reducers), blocks, const_names)
     attrs = _attributes(anchor, blocks, op_class, weights)
-    if op_class == "conv2d" and attrs.get("groups", 1) > 1 and weights and len(weights[0]) == 4 and weights[0][1] == 1:
-        op_class = "depthwise_conv2d"  # one input channel per group: TVM names it group_conv2d
+    if (
+        op_class in ("conv1d", "conv2d")
+        and attrs.get("groups", 1) > 1
+        and weights
+        and len(weights[0]) == len(output)
+        and weights[0][1] == 1
+    ):
+        op_class = "depthwise_" + op_class  # one input channel per group: TVM names it group_conv2d
 
     flops = 0.0
     for b in blocks:
-        if b.name_hint in _PAD_BLOCKS:
-            continue  # a padded copy of the input moves data; it computes nothing
-        is_mac = b is anchor and op_class in ("conv2d", "depthwise_conv2d", "dense", "batch_matmul")
+        if b.name_hint in _PAD_BLOCKS or b.name_hint in _TRANSPOSE_BLOCKS:
+            continue  # a padded, spread or flipped copy moves data; it computes nothing
+        is_mac = b is anchor and bool(_MAC.fullmatch(op_class))
         flops += volume(b) * (2 if is_mac else 1)
     nbytes = float(sum(math.prod(s) for s in shapes) * _DTYPE_BYTES.get(dtype, 4))
-    epilogue = [b.name_hint.removeprefix("T_") for b in blocks if b is not anchor and b.name_hint not in _PAD_BLOCKS]
+    prologue = _PAD_BLOCKS + _TRANSPOSE_BLOCKS
+    epilogue = [b.name_hint.removeprefix("T_") for b in blocks if b is not anchor and b.name_hint not in prologue]
 
     workload_key = _digest(["workload", _structure_hash(func), dtype])
     batch = batch_size if batch_size is not None else (inputs[0][0] if inputs and inputs[0] else 1)
@@ -208,8 +231,13 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
 
 def _classify(anchor, has_reduction: bool, blocks, const_names: set[str]) -> str:
     name = anchor.name_hint.lower()
-    if "conv" in name:
-        return "depthwise_conv2d" if "depthwise" in name else "conv2d"
+    transposed = has_reduction and name == "compute" and any(b.name_hint in _TRANSPOSE_BLOCKS for b in blocks)
+    if "conv" in name or transposed:
+        # conv1d_ncw, conv2d_nchw, conv3d_ncdhw, depthwise_conv2d_nchw, group_conv2d_nchw
+        rank = f"conv{_spatial_rank(anchor)}d"
+        if transposed:
+            return rank + "_transpose"
+        return "depthwise_" + rank if "depthwise" in name else rank
     if "matmul" in name or "dense" in name:
         # batch_matmul: both operands are activations (not weights) with batch dims,
         # whatever the batch size, so the class does not change with the batch.
@@ -236,25 +264,32 @@ def _classify(anchor, has_reduction: bool, blocks, const_names: set[str]) -> str
 def _attributes(anchor, blocks, op_class: str, weights: list[list[int]]) -> dict[str, Any]:
     """Stride, padding, dilation, kernel and groups read back from the TIR indices."""
     attrs: dict[str, Any] = {}
-    if op_class in ("conv2d", "depthwise_conv2d"):
+    if "conv" in op_class:
+        rank = _spatial_rank(anchor)
         spatial_vars = [iv.var for iv in anchor.iter_vars if int(iv.iter_type) != _REDUCE]
         reduce_vars = [iv.var for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE]
         data = anchor.reads[0]
         strides, dilations = [], []
-        for idx in data.region[-2:]:
-            s, d = _linear_coeffs(idx.min, spatial_vars[-2:], reduce_vars)
+        for idx in data.region[-rank:]:
+            s, d = _linear_coeffs(idx.min, spatial_vars[-rank:], reduce_vars)
             strides.append(s)
             dilations.append(d)
+        kernel = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE][-rank:]
+        padding = _padding(blocks, rank)
+        if op_class.endswith("_transpose"):
+            # The anchor slides with stride 1 over the input spread by the real stride and
+            # padded by kernel - 1 - pad: read both back as the model wrote them.
+            strides = _spread(blocks, rank)
+            padding = [max(0, (k - 1) * d - p) for k, d, p in zip(kernel, dilations, padding)]
         attrs["stride"] = strides
         attrs["dilation"] = dilations
-        kernel = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE][-2:]
         attrs["kernel"] = kernel
-        attrs["padding"] = _padding(blocks)
+        attrs["padding"] = padding
         w = weights[0] if weights else []
-        in_ch = int(data.source.shape[1]) if len(data.source.shape) == 4 else 0
-        if op_class == "depthwise_conv2d":
+        in_ch = int(data.source.shape[1]) if len(data.source.shape) == rank + 2 else 0
+        if op_class.startswith("depthwise_"):
             attrs["groups"] = in_ch or 1
-        elif w and len(w) == 4 and w[1]:
+        elif w and len(w) == rank + 2 and w[1] and not op_class.endswith("_transpose"):
             attrs["groups"] = max(1, in_ch // w[1]) if in_ch else 1
         else:
             attrs["groups"] = 1
@@ -264,6 +299,30 @@ def _attributes(anchor, blocks, op_class: str, weights: list[list[int]]) -> dict
         attrs["kind"] = "max" if "max" in anchor.name_hint else "avg"
         attrs["padding"] = _padding(blocks)
     return attrs
+
+
+def _spatial_rank(anchor) -> int:
+    """Spatial dims of a convolution: its data operand's rank less batch and channels."""
+    return max(1, len(anchor.reads[0].source.shape) - 2)
+
+
+def _spread(blocks, rank: int) -> list[int]:
+    """A transposed convolution's stride: the divisor in data_dilate's ``x // stride`` reads
+    (no such block: stride 1)."""
+    for b in blocks:
+        if b.name_hint == "data_dilate" and b.reads:
+            return [_floordiv_divisor(idx.min) for idx in b.reads[0].region[-rank:]]
+    return [1] * rank
+
+
+def _floordiv_divisor(expr) -> int:
+    """``s`` of an index ``x // s``; 1 for any other index."""
+    if type(expr).__name__ != "FloorDiv":
+        return 1
+    try:
+        return max(1, int(expr.b))
+    except (TypeError, ValueError):
+        return 1
 
 
 def _linear_coeffs(expr, spatial_vars, reduce_vars) -> tuple[int, int]:
@@ -283,21 +342,21 @@ def _linear_coeffs(expr, spatial_vars, reduce_vars) -> tuple[int, int]:
     return 1, 1
 
 
-def _padding(blocks) -> list[int]:
+def _padding(blocks, rank: int = 2) -> list[int]:
     """Pad-before per spatial dim, from the pad block's shifted read (``x - 1`` -> 1)."""
     from tvm.sym.pattern import detect_linear_equation
 
     for b in blocks:
         if b.name_hint in _PAD_BLOCKS and b.reads:
             pads = []
-            for idx, iv in zip(b.reads[0].region[-2:], b.iter_vars[-2:]):
+            for idx, iv in zip(b.reads[0].region[-rank:], b.iter_vars[-rank:]):
                 coeffs = detect_linear_equation(idx.min, [iv.var])
                 try:
                     pads.append(max(0, -int(coeffs[1])) if len(coeffs) == 2 else 0)
                 except (TypeError, ValueError):
                     pads.append(0)
             return pads
-    return [0, 0]
+    return [0] * rank
 
 
 def _drop_batch(shape: list[int], batch: int) -> list[int]:

@@ -315,3 +315,84 @@ def test_to_dict_is_json_serializable(resnet, transformer):
         assert back["arithmetic_intensity"] == pytest.approx(layer.arithmetic_intensity)
         assert back["attrs"] == layer.attrs
         json.dumps(layer.descriptor())
+
+
+# ---------------------------------------------------------------- convolutions of other ranks
+
+
+def _conv_model(tmp_path, name, x_shape, w_shape, y_shape, op="Conv", **attrs):
+    """A one-node ONNX model (no bias: the layer is the bare kernel)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones(w_shape, np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "w"], ["y"], **attrs)],
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)  # y_shape is ONNX's own inference
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    _, mod = load_and_fuse(str(path))
+    (layer,) = [l for l in decompose(mod) if l.tunable]
+    return layer
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # speech front end: conv1d, stride 2, pad 5
+        dict(x=(1, 40, 128), w=(64, 40, 11), y=(1, 64, 64), attrs=dict(kernel_shape=[11], strides=[2], pads=[5, 5]),
+             cls="conv1d", want=dict(stride=[2], dilation=[1], kernel=[11], padding=[5], groups=1), macs=64 * 64 * 40 * 11),
+        # depthwise, dilated conv1d (QuartzNet-style)
+        dict(x=(1, 16, 40), w=(16, 1, 5), y=(1, 16, 36), attrs=dict(kernel_shape=[5], pads=[2, 2], group=16, dilations=[2]),
+             cls="depthwise_conv1d", want=dict(stride=[1], dilation=[2], kernel=[5], padding=[2], groups=16), macs=16 * 36 * 5),
+        # video: conv3d
+        dict(x=(1, 3, 8, 16, 16), w=(8, 3, 3, 3, 3), y=(1, 8, 8, 16, 16), attrs=dict(kernel_shape=[3, 3, 3], pads=[1] * 6),
+             cls="conv3d", want=dict(stride=[1, 1, 1], dilation=[1, 1, 1], kernel=[3, 3, 3], padding=[1, 1, 1], groups=1),
+             macs=8 * 8 * 16 * 16 * 3 * 27),
+    ],
+    ids=["conv1d", "depthwise_conv1d", "conv3d"],
+)
+def test_convolutions_are_classed_by_spatial_rank(tmp_path, case):
+    """A conv1d's kernel and stride read back as the model wrote them, in a class of its own:
+    as 'conv2d' (before) its attributes mixed the channel axis in (kernel [40, 11]) and its
+    history transferred to and from 2-D convolutions."""
+    layer = _conv_model(tmp_path, case["cls"], case["x"], case["w"], case["y"], **case["attrs"])
+    assert layer.op_class == case["cls"] and layer.tunable
+    assert layer.attrs == case["want"]
+    assert layer.flops == 2 * case["macs"]
+    assert layer.op_class in TUNABLE_CLASSES
+
+
+@pytest.mark.parametrize(
+    "x,w,y,attrs,want",
+    [
+        ((1, 8, 8, 8), (8, 4, 4, 4), (1, 4, 16, 16), dict(kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1]),
+         dict(stride=[2, 2], kernel=[4, 4], padding=[1, 1])),
+        ((1, 8, 8, 8), (8, 4, 3, 3), (1, 4, 17, 17), dict(kernel_shape=[3, 3], strides=[2, 2]),
+         dict(stride=[2, 2], kernel=[3, 3], padding=[0, 0])),
+        ((1, 8, 8, 8), (8, 4, 3, 3), (1, 4, 8, 8), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+         dict(stride=[1, 1], kernel=[3, 3], padding=[1, 1])),
+        ((1, 8, 20), (8, 4, 5), (1, 4, 58), dict(kernel_shape=[5], strides=[3], pads=[2, 2]),
+         dict(stride=[3], kernel=[5], padding=[2])),
+    ],
+    ids=["2d-s2-p1", "2d-s2-p0", "2d-s1", "1d-s3"],
+)
+def test_transposed_convolutions_are_their_own_class_with_the_models_attributes(tmp_path, x, w, y, attrs, want):
+    """TOPI lowers ConvTranspose to a block named "compute" over the input spread by the
+    stride: before, that read as a generic 'reduction' with no attributes, a MAC counted as
+    one FLOP, and the spread and flipped copies listed as its epilogue."""
+    rank = len(x) - 2
+    layer = _conv_model(tmp_path, f"tr{rank}d", x, w, y, op="ConvTranspose", **attrs)
+    assert layer.op_class == f"conv{rank}d_transpose" and layer.tunable
+    assert {k: layer.attrs[k] for k in want} == want
+    assert layer.attrs["dilation"] == [1] * rank and layer.attrs["groups"] == 1
+    assert layer.epilogue == []
+    # the anchor convolves the spread input: every output point sums C_in * prod(kernel) products
+    assert layer.flops == 2 * math.prod(y) * x[1] * math.prod(want["kernel"])

@@ -428,3 +428,56 @@ def test_a_layer_tuned_cold_is_matched_again_once_history_resembles_it(tmp_path)
 
     stays = next(l for l in tune("cold", rematch=False)["layers"] if l["name"] == heavy_name)
     assert stays["tuner"] == "xgb" and stays["dispatch"] == "cold" and stays.get("rematched") is None
+
+
+def _one_graph(path: Path, nodes, x_shape, y_shape, weights: dict[str, tuple[int, ...]]) -> Path:
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype("float32"), n) for n, s in weights.items()]
+    graph = helper.make_graph(
+        nodes, path.stem, [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, list(y_shape))], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path
+
+
+def test_convolutions_of_other_ranks_tune_apart_and_a_transposed_one_compiles_correct(tmp_path):
+    """A speech-style conv1d model is tuned into history first; an autoencoder (conv2d
+    down, ConvTranspose up) after it finds no neighbour there: history transfers only
+    between convolutions of the same rank and kind. (Before, both convolutions were
+    'conv2d' and the autoencoder's matched the conv1d.) Its tuned, transposed kernel
+    then compiles and agrees with ONNX's reference."""
+    from autotune import api
+
+    speech = _one_graph(
+        tmp_path / "speech.onnx",
+        [helper.make_node("Conv", ["input", "W"], ["c"], kernel_shape=[5], strides=[2], pads=[2, 2]),
+         helper.make_node("Relu", ["c"], ["output"])],
+        (1, 8, 64), (1, 16, 32), {"W": (16, 8, 5)},
+    )
+    autoencoder = _one_graph(
+        tmp_path / "autoencoder.onnx",
+        [helper.make_node("Conv", ["input", "W"], ["c"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("ConvTranspose", ["r", "V"], ["t"], kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("Sigmoid", ["t"], ["output"])],
+        (1, 3, 16, 16), (1, 3, 16, 16), {"W": (8, 3, 3, 3), "V": (8, 3, 4, 4)},
+    )
+    history = str(tmp_path / "history.db")
+    common = dict(target="llvm", history=history, mlflow=False, model_latency=False, repeat=2, batch=4)
+    first = api.tune(speech, trials=4, out_dir=tmp_path / "run1", **common)
+    assert [l["op_class"] for l in first["layers"] if l["trials"]] == ["conv1d"]
+
+    second = api.tune(autoencoder, trials=8, out_dir=tmp_path / "run2", **common)
+    tuned = {l["op_class"]: l for l in second["layers"] if l["trials"]}
+    assert set(tuned) == {"conv2d", "conv2d_transpose"}
+    for layer in tuned.values():
+        assert layer["match"]["score"] == 0.0 and not layer["match"]["neighbours"], layer["match"]
+        assert (layer["tuner"], layer["dispatch"]) == ("xgb", "cold")
+
+    out = tmp_path / "autoencoder.so"
+    api.compile(autoencoder, out, target="llvm", history=history)
+    result = api.run(out, check=autoencoder, repeat=1)
+    assert result["check"]["ok"] is True, result["check"]
