@@ -381,8 +381,10 @@ def test_convolutions_are_classed_by_spatial_rank(tmp_path, case):
          dict(stride=[1, 1], kernel=[3, 3], padding=[1, 1])),
         ((1, 8, 20), (8, 4, 5), (1, 4, 58), dict(kernel_shape=[5], strides=[3], pads=[2, 2]),
          dict(stride=[3], kernel=[5], padding=[2])),
+        ((1, 4, 4, 4, 4), (4, 2, 3, 3, 3), (1, 2, 7, 7, 7), dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1] * 6),
+         dict(stride=[2, 2, 2], kernel=[3, 3, 3], padding=[1, 1, 1])),
     ],
-    ids=["2d-s2-p1", "2d-s2-p0", "2d-s1", "1d-s3"],
+    ids=["2d-s2-p1", "2d-s2-p0", "2d-s1", "1d-s3", "3d-s2"],
 )
 def test_transposed_convolutions_are_their_own_class_with_the_models_attributes(tmp_path, x, w, y, attrs, want):
     """TOPI lowers ConvTranspose to a block named "compute" over the input spread by the
