@@ -21,15 +21,18 @@ import autotune.zoo as zoo
 from autotune.errors import AutotuneError
 from autotune.zoo import build_model, export_model, get_entry, list_models
 from autotune.zoo.alexnet import alexnet
+from autotune.zoo.dqn import dqn
 from autotune.zoo.graph import GraphBuilder
 
-NAMES = ["resnet18", "resnet50", "vgg11", "alexnet", "mobilenetv2", "transformer"]
+NAMES = ["resnet18", "resnet50", "vgg11", "alexnet", "mobilenetv2", "transformer", "dqn", "autoencoder"]
 #: Small sizes keep the reference evaluator and TVM compile fast.
 SMALL = {"resnet18": 32, "resnet50": 32, "vgg11": 32, "alexnet": 64, "mobilenetv2": 32,
-         "transformer": 16}
+         "transformer": 16, "dqn": 36, "autoencoder": 16}
 #: Learnable parameters (weights + biases, excluding BN running stats) at the
 #: default size: torchvision's published counts for the CNNs, and
-#: 4*(256*256+256) + 2*2*256 + (256*1024+1024) + (1024*256+256) for the transformer.
+#: 4*(256*256+256) + 2*2*256 + (256*1024+1024) + (1024*256+256) for the transformer;
+#: the Nature DQN's 1.69M (conv 4->32 8x8, 32->64 4x4, 64->64 3x3, fc 3136->512->18);
+#: for the autoencoder, convs 3->32->64->128 and transposed 128->64->32->3, all 4x4 with bias.
 EXPECTED_PARAMS = {
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
@@ -37,6 +40,9 @@ EXPECTED_PARAMS = {
     "alexnet": 61_100_840,
     "mobilenetv2": 3_504_872,
     "transformer": 789_760,
+    "dqn": (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (3136 * 512 + 512) + (512 * 18 + 18),
+    "autoencoder": sum(a * b * 16 + b for a, b in [(3, 32), (32, 64), (64, 128)])
+    + sum(a * b * 16 + b for a, b in [(128, 64), (64, 32), (32, 3)]),
 }
 BATCH = 2
 
@@ -69,6 +75,8 @@ def test_input_shapes() -> None:
     assert get_entry("transformer").input_shape(2, 16) == (2, 16, 256)
     assert get_entry("vgg11").output_shape(3, 64) == (3, 1000)
     assert get_entry("transformer").output_shape(3, 16) == (3, 16, 256)
+    assert get_entry("dqn").input_shape(2, 84) == (2, 4, 84, 84) and get_entry("dqn").output_shape(2, 84) == (2, 18)
+    assert get_entry("autoencoder").output_shape(2, 32) == (2, 3, 32, 32)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -136,6 +144,13 @@ def test_operator_choices() -> None:
     tr_ops = {n.op_type for n in build_model("transformer", size=16).graph.node}
     assert {"MatMul", "Transpose", "Softmax", "LayerNormalization", "Erf"} <= tr_ops
 
+    dqn_convs = [n for n in build_model("dqn").graph.node if n.op_type == "Conv"]
+    assert [onnx.helper.get_attribute_value(a) for n in dqn_convs for a in n.attribute if a.name == "strides"] == [
+        [4, 4], [2, 2], [1, 1]
+    ]
+    ae_ops = [n.op_type for n in build_model("autoencoder", size=16).graph.node]
+    assert ae_ops.count("Conv") == 3 and ae_ops.count("ConvTranspose") == 3 and ae_ops[-1] == "Sigmoid"
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tvm_import_build_and_match_reference(name: str) -> None:
@@ -182,7 +197,7 @@ def test_unknown_name() -> None:
 
 @pytest.mark.parametrize(
     ("name", "size"), [("alexnet", 62), ("vgg11", 31), ("resnet18", 16), ("mobilenetv2", 8),
-                       ("transformer", 0)],
+                       ("transformer", 0), ("dqn", 35), ("autoencoder", 4)],
 )
 def test_too_small_size_rejected(name: str, size: int) -> None:
     with pytest.raises(AutotuneError) as info:
@@ -196,6 +211,22 @@ def test_min_sizes_build() -> None:
     assert _shape(build_model("alexnet", size=63).graph.output[0]) == (1, 1000)
     assert _shape(build_model("vgg11", size=32).graph.output[0]) == (1, 1000)
     assert _shape(build_model("transformer", size=1).graph.output[0]) == (1, 1, 256)
+    assert _shape(build_model("dqn", size=36).graph.output[0]) == (1, 18)
+    assert _shape(build_model("autoencoder", size=8).graph.output[0]) == (1, 3, 8, 8)
+
+
+def test_dqn_min_size_is_tight() -> None:
+    g = GraphBuilder(0)
+    x = g.input("input", (1, 4, 35, 35))
+    with pytest.raises(AutotuneError, match="empty tensor"):
+        dqn(g, x, "output")
+
+
+def test_autoencoder_size_must_divide_by_its_downsampling() -> None:
+    """Its decoder doubles the side three times: 20 would come back as 16, not 20."""
+    with pytest.raises(AutotuneError, match="multiple of 8, got 20") as info:
+        build_model("autoencoder", size=20)
+    assert "\n" not in str(info.value)
 
 
 def test_alexnet_min_size_is_tight() -> None:

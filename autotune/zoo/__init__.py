@@ -18,6 +18,10 @@ import onnx
 from autotune.errors import AutotuneError
 from autotune.zoo.alexnet import MIN_SIZE as ALEXNET_MIN_SIZE
 from autotune.zoo.alexnet import alexnet
+from autotune.zoo.autoencoder import SIDE_MULTIPLE, autoencoder
+from autotune.zoo.dqn import ACTIONS, FRAMES
+from autotune.zoo.dqn import MIN_SIZE as DQN_MIN_SIZE
+from autotune.zoo.dqn import dqn
 from autotune.zoo.graph import GraphBuilder
 from autotune.zoo.mobilenet import mobilenetv2
 from autotune.zoo.resnet import resnet18, resnet50
@@ -37,7 +41,8 @@ class ZooEntry:
 
     ``default_size`` / ``min_size`` are the image side for CNNs and the
     sequence length for the transformer. ``kind`` is ``"image"`` (NCHW input
-    with ``channels`` channels) or ``"sequence"`` ([batch, seq, channels]).
+    with ``channels`` channels, ``outputs`` scores out), ``"reconstruction"``
+    (an image in, the same shape out) or ``"sequence"`` ([batch, seq, channels]).
     """
 
     name: str
@@ -47,6 +52,7 @@ class ZooEntry:
     min_size: int
     kind: str = "image"
     channels: int = 3
+    outputs: int = NUM_CLASSES
 
     def input_shape(self, batch_size: int, size: int) -> tuple[int, ...]:
         """Static shape of the ``input`` tensor for this batch size and size."""
@@ -58,7 +64,9 @@ class ZooEntry:
         """Static shape of the ``output`` tensor (logits for CNNs, hidden states otherwise)."""
         if self.kind == "sequence":
             return (batch_size, size, self.channels)
-        return (batch_size, NUM_CLASSES)
+        if self.kind == "reconstruction":
+            return self.input_shape(batch_size, size)
+        return (batch_size, self.outputs)
 
 
 _Builder = Callable[[GraphBuilder, str, str], str]
@@ -80,6 +88,12 @@ _REGISTRY: dict[str, tuple[ZooEntry, _Builder]] = {
                   "Transformer encoder block (d_model 256, 4 heads, FFN 1024, GELU); "
                   "size is the sequence length",
                   INPUT_NAME, 128, 1, kind="sequence", channels=D_MODEL), transformer),
+        (ZooEntry("dqn", f"Deep Q-network (Nature 2015 Atari agent): {FRAMES} stacked frames in, "
+                  f"{ACTIONS} action values out", INPUT_NAME, 84, DQN_MIN_SIZE, channels=FRAMES,
+                  outputs=ACTIONS), dqn),
+        (ZooEntry("autoencoder", "Convolutional autoencoder: 3 strided convs down, 3 ConvTranspose up "
+                  f"(size a multiple of {SIDE_MULTIPLE})", INPUT_NAME, 64, SIDE_MULTIPLE,
+                  kind="reconstruction"), autoencoder),
     )
 }
 
@@ -121,7 +135,7 @@ def build_model(
     what = "sequence length" if entry.kind == "sequence" else "image size"
     size = _check_int(f"{name} {what}", size, entry.min_size,
                       hint=" (smaller inputs vanish in the downsampling layers)"
-                      if entry.kind == "image" else "")
+                      if entry.kind != "sequence" else "")
     seed = _check_int("seed", seed, 0)
 
     g = GraphBuilder(seed)

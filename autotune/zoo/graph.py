@@ -169,6 +169,33 @@ class GraphBuilder:
             pads=[pad, pad, pad, pad], group=groups,
         )
 
+    def conv_transpose(
+        self,
+        x: str,
+        out_ch: int,
+        kernel: int,
+        *,
+        name: str,
+        stride: int = 1,
+        pad: int = 0,
+        bias: bool = True,
+        gain: float = 2.0,
+    ) -> str:
+        """2-D transposed convolution (a decoder's upsampling), weights [in, out, k, k].
+
+        Each output point sums about in * (k / stride)^2 products, so that is the fan-in
+        the weights are scaled by."""
+        n, c, h, w = self.shapes[x]
+        fan_in = c * kernel * kernel / (stride * stride)
+        inputs = [x, self.normal(f"{name}.weight", (c, out_ch, kernel, kernel), math.sqrt(gain / fan_in))]
+        if bias:
+            inputs.append(self.normal(f"{name}.bias", (out_ch,), 0.01))
+        oh, ow = ((d - 1) * stride - 2 * pad + kernel for d in (h, w))
+        return self.node(
+            "ConvTranspose", inputs, (n, out_ch, oh, ow),
+            kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad, pad, pad, pad],
+        )
+
     def batch_norm(self, x: str, *, name: str, gamma: float = 1.0) -> str:
         """Inference BatchNormalization with near-identity statistics.
 
@@ -186,6 +213,9 @@ class GraphBuilder:
 
     def relu(self, x: str) -> str:
         return self.node("Relu", [x], self.shapes[x])
+
+    def sigmoid(self, x: str, *, output: str | None = None) -> str:
+        return self.node("Sigmoid", [x], self.shapes[x], output=output)
 
     def relu6(self, x: str) -> str:
         """ReLU6 as Clip with min/max given as inputs (the opset >= 11 form torch exports)."""
