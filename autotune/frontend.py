@@ -198,8 +198,11 @@ def to_relax(spec: ModelSpec):
 
     keep_interrupts_through_tvm()  # the first TVM work of every command
 
+    from autotune.recurrent import unroll_recurrent
+
+    proto, _ = unroll_recurrent(spec.proto)  # TVM has no LSTM/GRU/RNN converter
     supported = set(_get_convert_map()) | {"Constant", "If"}
-    missing = sorted({n.op_type for n in spec.proto.graph.node} - supported)
+    missing = sorted({n.op_type for n in proto.graph.node} - supported)
     if missing:
         raise AutotuneError(
             f"{spec.source}: ONNX op(s) not supported by TVM's ONNX frontend: {', '.join(missing)}"
@@ -207,7 +210,7 @@ def to_relax(spec: ModelSpec):
     opset = max((o.version for o in spec.proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
     try:
         mod = from_onnx(
-            spec.proto,
+            proto,
             shape_dict={k: list(v) for k, v in spec.input_shapes.items()},
             dtype_dict=spec.input_dtypes,
             opset=opset,
