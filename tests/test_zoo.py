@@ -24,15 +24,16 @@ from autotune.zoo.alexnet import alexnet
 from autotune.zoo.dqn import dqn
 from autotune.zoo.graph import GraphBuilder
 
-NAMES = ["resnet18", "resnet50", "vgg11", "alexnet", "mobilenetv2", "transformer", "dqn", "autoencoder"]
+NAMES = ["resnet18", "resnet50", "vgg11", "alexnet", "mobilenetv2", "transformer", "dqn", "autoencoder", "speech"]
 #: Small sizes keep the reference evaluator and TVM compile fast.
 SMALL = {"resnet18": 32, "resnet50": 32, "vgg11": 32, "alexnet": 64, "mobilenetv2": 32,
-         "transformer": 16, "dqn": 36, "autoencoder": 16}
+         "transformer": 16, "dqn": 36, "autoencoder": 16, "speech": 8}
 #: Learnable parameters (weights + biases, excluding BN running stats) at the
 #: default size: torchvision's published counts for the CNNs, and
 #: 4*(256*256+256) + 2*2*256 + (256*1024+1024) + (1024*256+256) for the transformer;
 #: the Nature DQN's 1.69M (conv 4->32 8x8, 32->64 4x4, 64->64 3x3, fc 3136->512->18);
-#: for the autoencoder, convs 3->32->64->128 and transposed 128->64->32->3, all 4x4 with bias.
+#: for the autoencoder, convs 3->32->64->128 and transposed 128->64->32->3, all 4x4 with bias;
+#: for speech, torch.nn.LSTM(40, 256, num_layers=2, bidirectional=True) + Linear(512, 29).
 EXPECTED_PARAMS = {
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
@@ -43,6 +44,7 @@ EXPECTED_PARAMS = {
     "dqn": (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (3136 * 512 + 512) + (512 * 18 + 18),
     "autoencoder": sum(a * b * 16 + b for a, b in [(3, 32), (32, 64), (64, 128)])
     + sum(a * b * 16 + b for a, b in [(128, 64), (64, 32), (32, 3)]),
+    "speech": sum(2 * (4 * 256 * (n_in + 256) + 8 * 256) for n_in in (40, 512)) + 512 * 29 + 29,
 }
 BATCH = 2
 
@@ -77,6 +79,7 @@ def test_input_shapes() -> None:
     assert get_entry("transformer").output_shape(3, 16) == (3, 16, 256)
     assert get_entry("dqn").input_shape(2, 84) == (2, 4, 84, 84) and get_entry("dqn").output_shape(2, 84) == (2, 18)
     assert get_entry("autoencoder").output_shape(2, 32) == (2, 3, 32, 32)
+    assert get_entry("speech").input_shape(2, 50) == (2, 50, 40) and get_entry("speech").output_shape(2, 50) == (2, 50, 29)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -148,6 +151,8 @@ def test_operator_choices() -> None:
     assert [onnx.helper.get_attribute_value(a) for n in dqn_convs for a in n.attribute if a.name == "strides"] == [
         [4, 4], [2, 2], [1, 1]
     ]
+    speech_ops = [n.op_type for n in build_model("speech", size=8).graph.node]
+    assert speech_ops.count("LSTM") == 2  # one node per layer, as torch.onnx exports nn.LSTM
     ae_ops = [n.op_type for n in build_model("autoencoder", size=16).graph.node]
     assert ae_ops.count("Conv") == 3 and ae_ops.count("ConvTranspose") == 3 and ae_ops[-1] == "Sigmoid"
 
@@ -161,8 +166,11 @@ def test_tvm_import_build_and_match_reference(name: str) -> None:
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
+    from autotune.recurrent import unroll_recurrent
+
     model, x = _small(name)
-    mod = from_onnx(model, shape_dict={"input": list(x.shape)}, keep_params_in_input=False)
+    unrolled, _ = unroll_recurrent(model)  # TVM has no LSTM converter (speech)
+    mod = from_onnx(unrolled, shape_dict={"input": list(x.shape)}, keep_params_in_input=False)
     mod = relax.transform.LegalizeOps()(mod)
     ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
     vm = relax.VirtualMachine(ex, tvm.cpu())

@@ -25,6 +25,7 @@ from autotune.zoo.dqn import dqn
 from autotune.zoo.graph import GraphBuilder
 from autotune.zoo.mobilenet import mobilenetv2
 from autotune.zoo.resnet import resnet18, resnet50
+from autotune.zoo.speech import CHARACTERS, FEATURES, speech
 from autotune.zoo.transformer import D_MODEL, transformer
 from autotune.zoo.vgg import vgg11
 
@@ -42,7 +43,8 @@ class ZooEntry:
     ``default_size`` / ``min_size`` are the image side for CNNs and the
     sequence length for the transformer. ``kind`` is ``"image"`` (NCHW input
     with ``channels`` channels, ``outputs`` scores out), ``"reconstruction"``
-    (an image in, the same shape out) or ``"sequence"`` ([batch, seq, channels]).
+    (an image in, the same shape out) or ``"sequence"`` ([batch, seq, channels] in,
+    [batch, seq, outputs or channels] out).
     """
 
     name: str
@@ -52,7 +54,7 @@ class ZooEntry:
     min_size: int
     kind: str = "image"
     channels: int = 3
-    outputs: int = NUM_CLASSES
+    outputs: int | None = None
 
     def input_shape(self, batch_size: int, size: int) -> tuple[int, ...]:
         """Static shape of the ``input`` tensor for this batch size and size."""
@@ -63,10 +65,10 @@ class ZooEntry:
     def output_shape(self, batch_size: int, size: int) -> tuple[int, ...]:
         """Static shape of the ``output`` tensor (logits for CNNs, hidden states otherwise)."""
         if self.kind == "sequence":
-            return (batch_size, size, self.channels)
+            return (batch_size, size, self.outputs or self.channels)
         if self.kind == "reconstruction":
             return self.input_shape(batch_size, size)
-        return (batch_size, self.outputs)
+        return (batch_size, self.outputs or NUM_CLASSES)
 
 
 _Builder = Callable[[GraphBuilder, str, str], str]
@@ -94,6 +96,9 @@ _REGISTRY: dict[str, tuple[ZooEntry, _Builder]] = {
         (ZooEntry("autoencoder", "Convolutional autoencoder: 3 strided convs down, 3 ConvTranspose up "
                   f"(size a multiple of {SIDE_MULTIPLE})", INPUT_NAME, 64, SIDE_MULTIPLE,
                   kind="reconstruction"), autoencoder),
+        (ZooEntry("speech", f"Speech acoustic model: {FEATURES} log-mel features per frame, 2 bidirectional "
+                  f"LSTMs (256), {CHARACTERS} character scores per frame; size is the number of frames",
+                  INPUT_NAME, 100, 1, kind="sequence", channels=FEATURES, outputs=CHARACTERS), speech),
     )
 }
 

@@ -196,6 +196,25 @@ class GraphBuilder:
             kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad, pad, pad, pad],
         )
 
+    def lstm(self, x: str, hidden: int, *, name: str, bidirectional: bool = False) -> str:
+        """torch.nn.LSTM on a [seq, batch, features] input, as torch.onnx exports it: one
+        LSTM node (weights [dirs, 4 * hidden, in], gates i, o, f, c), then its output's
+        directions joined into the feature axis: [seq, batch, dirs * hidden]."""
+        seq, batch, features = self.shapes[x]
+        dirs = 2 if bidirectional else 1
+        # gate inputs of unit variance for unit inputs (torch's U(+-1/sqrt(hidden)) leaves
+        # the states, and the model's output, near 0)
+        ih, hh = math.sqrt(3.0 / features), math.sqrt(3.0 / hidden)
+        weights = [
+            self.uniform(f"{name}.ih.weight", (dirs, 4 * hidden, features), -ih, ih),
+            self.uniform(f"{name}.hh.weight", (dirs, 4 * hidden, hidden), -hh, hh),
+            self.uniform(f"{name}.bias", (dirs, 8 * hidden), -hh, hh),
+        ]
+        y = self.node("LSTM", [x, *weights], (seq, dirs, batch, hidden), hidden_size=hidden,
+                      direction="bidirectional" if bidirectional else "forward")
+        y = self.node("Transpose", [y], (seq, batch, dirs, hidden), perm=[0, 2, 1, 3])
+        return self.reshape(y, (seq, batch, dirs * hidden), name=f"{name}.join")
+
     def batch_norm(self, x: str, *, name: str, gamma: float = 1.0) -> str:
         """Inference BatchNormalization with near-identity statistics.
 
