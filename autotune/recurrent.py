@@ -222,7 +222,7 @@ def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: dict[str, Any],
         raise refuse(f"weights W{list(w.shape)} R{list(r.shape)} B{list(bias.shape)} do not fit hidden_size {hidden}")
     reset_after = op == "GRU" and attrs.get("linear_before_reset", 0) != 0
     stem = (node.name or node.output[0] or op).replace("/", "_").strip("_") or op
-    one = b.const(f"{stem}_one", np.array(1.0, dtype)) if op == "GRU" else ""
+    step = {"RNN": _rnn_step, "LSTM": _lstm_step, "GRU": _gru_step}[op]
 
     outs = list(node.output) + ["", "", ""]
     ys, last_h, last_c = [], [], []
@@ -234,45 +234,13 @@ def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: dict[str, Any],
             folded[2 * hidden :] = wb[2 * hidden :]
         xw = b.op("MatMul", [x, b.const(f"{s}_W", np.ascontiguousarray(w[d].T))], f"{s}_xw")
         xw = b.op("Add", [xw, b.const(f"{s}_bias", folded)], f"{s}_xwb")
-        rt = np.ascontiguousarray(r[d].T)  # (hidden, gates * hidden)
-        r_all = b.const(f"{s}_R", rt)
-        h = _initial(b, h0_name, d, dirs, batch, hidden, dtype, f"{s}_h0")
-        c = _initial(b, c0_name, d, dirs, batch, hidden, dtype, f"{s}_c0") if op == "LSTM" else ""
-        if op == "GRU" and not reset_after:
-            r_zr = b.const(f"{s}_Rzr", np.ascontiguousarray(rt[:, : 2 * hidden]))
-            r_h = b.const(f"{s}_Rh", np.ascontiguousarray(rt[:, 2 * hidden :]))
-        if reset_after:
-            rb_h = b.const(f"{s}_Rbh", np.ascontiguousarray(rb[2 * hidden :]))
+        cell = _Cell(b, s, op, np.ascontiguousarray(r[d].T), rb, hidden, reset_after)
+        h = _initial(b, h0_name, d, batch, hidden, dtype, f"{s}_h0")
+        c = _initial(b, c0_name, d, batch, hidden, dtype, f"{s}_c0") if op == "LSTM" else ""
         steps = range(seq - 1, -1, -1) if (direction == "reverse" or d == 1) else range(seq)
         per_step: dict[int, str] = {}
         for t in steps:
-            st = f"{s}_t{t}"
-            xt = b.take0(xw, t, f"{st}_x")
-            if op == "RNN":
-                h = b.op("Tanh", [b.op("Add", [xt, b.op("MatMul", [h, r_all], f"{st}_hr")], f"{st}_pre")], f"{st}_h")
-            elif op == "LSTM":
-                pre = b.op("Add", [xt, b.op("MatMul", [h, r_all], f"{st}_hr")], f"{st}_pre")
-                i, o, f, g = b.split(pre, 4, hidden, f"{st}_gates")
-                i, o, f = (b.op("Sigmoid", [v], f"{st}_{n}") for v, n in ((i, "i"), (o, "o"), (f, "f")))
-                g = b.op("Tanh", [g], f"{st}_g")
-                c = b.op("Add", [b.op("Mul", [f, c], f"{st}_fc"), b.op("Mul", [i, g], f"{st}_ig")], f"{st}_c")
-                h = b.op("Mul", [o, b.op("Tanh", [c], f"{st}_tc")], f"{st}_h")
-            else:  # GRU
-                xz, xr, xh = b.split(xt, 3, hidden, f"{st}_xgates")
-                if reset_after:
-                    hz, hr, hh = b.split(b.op("MatMul", [h, r_all], f"{st}_hr"), 3, hidden, f"{st}_hgates")
-                    hh = b.op("Add", [hh, rb_h], f"{st}_hhb")
-                else:
-                    hz, hr = b.split(b.op("MatMul", [h, r_zr], f"{st}_hzr"), 2, hidden, f"{st}_hgates")
-                z = b.op("Sigmoid", [b.op("Add", [xz, hz], f"{st}_zpre")], f"{st}_z")
-                rg = b.op("Sigmoid", [b.op("Add", [xr, hr], f"{st}_rpre")], f"{st}_r")
-                if reset_after:
-                    inner = b.op("Mul", [rg, hh], f"{st}_rhh")
-                else:
-                    inner = b.op("MatMul", [b.op("Mul", [rg, h], f"{st}_rh"), r_h], f"{st}_rhr")
-                n = b.op("Tanh", [b.op("Add", [xh, inner], f"{st}_npre")], f"{st}_n")
-                keep = b.op("Mul", [z, h], f"{st}_zh")
-                h = b.op("Add", [b.op("Mul", [b.op("Sub", [one, z], f"{st}_1mz"), n], f"{st}_zn"), keep], f"{st}_h")
+            h, c = step(b, cell, b.take0(xw, t, f"{s}_t{t}_x"), h, c, f"{s}_t{t}")
             per_step[t] = h
         if outs[0]:
             stacked = [b.unsqueeze(per_step[t], 0, f"{s}_y{t}") for t in range(seq)]
@@ -286,10 +254,67 @@ def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: dict[str, Any],
             b.concat(parts, axis, f"{stem}_out", output=output)
 
 
-def _initial(b: _Builder, name: str, d: int, dirs: int, batch: int, hidden: int, dtype, stem: str) -> str:
+def _initial(b: _Builder, name: str, d: int, batch: int, hidden: int, dtype, stem: str) -> str:
     """Direction ``d``'s initial state, [batch, hidden]: zeros unless the node is given one."""
     import numpy as np
 
     if not name:
         return b.const(stem, np.zeros((batch, hidden), dtype))
     return b.take0(name, d, stem)
+
+
+class _Cell:
+    """One direction's recurrent weights as graph constants: R transposed to (hidden,
+    gates * hidden), and GRU's pieces of it."""
+
+    def __init__(self, b: _Builder, stem: str, op: str, rt, rb, hidden: int, reset_after: bool) -> None:
+        import numpy as np
+
+        self.hidden = hidden
+        self.reset_after = reset_after
+        self.r = self.one = self.r_zr = self.r_h = self.rb_h = ""
+        if op != "GRU" or reset_after:
+            self.r = b.const(f"{stem}_R", rt)
+        if op == "GRU":
+            self.one = b.const(f"{stem}_one", np.array(1.0, rt.dtype))
+            if reset_after:  # its recurrent bias is added before the reset multiplies
+                self.rb_h = b.const(f"{stem}_Rbh", np.ascontiguousarray(rb[2 * hidden :]))
+            else:  # the hidden gate multiplies (r * h) by its own slice of R
+                self.r_zr = b.const(f"{stem}_Rzr", np.ascontiguousarray(rt[:, : 2 * hidden]))
+                self.r_h = b.const(f"{stem}_Rh", np.ascontiguousarray(rt[:, 2 * hidden :]))
+
+
+def _rnn_step(b: _Builder, cell: _Cell, xt: str, h: str, c: str, st: str) -> tuple[str, str]:
+    """h = tanh(x W + h R + Wb + Rb), the biases already in ``xt``."""
+    return b.op("Tanh", [b.op("Add", [xt, b.op("MatMul", [h, cell.r], f"{st}_hr")], f"{st}_pre")], f"{st}_h"), c
+
+
+def _lstm_step(b: _Builder, cell: _Cell, xt: str, h: str, c: str, st: str) -> tuple[str, str]:
+    """Gates i, o, f, c in ONNX's order; c = f c + i g, h = o tanh(c)."""
+    pre = b.op("Add", [xt, b.op("MatMul", [h, cell.r], f"{st}_hr")], f"{st}_pre")
+    i, o, f, g = b.split(pre, 4, cell.hidden, f"{st}_gates")
+    i, o, f = (b.op("Sigmoid", [v], f"{st}_{n}") for v, n in ((i, "i"), (o, "o"), (f, "f")))
+    g = b.op("Tanh", [g], f"{st}_g")
+    c = b.op("Add", [b.op("Mul", [f, c], f"{st}_fc"), b.op("Mul", [i, g], f"{st}_ig")], f"{st}_c")
+    return b.op("Mul", [o, b.op("Tanh", [c], f"{st}_tc")], f"{st}_h"), c
+
+
+def _gru_step(b: _Builder, cell: _Cell, xt: str, h: str, c: str, st: str) -> tuple[str, str]:
+    """Gates z, r, h in ONNX's order; h = (1 - z) n + z h, with n's recurrent product
+    taken after the reset (default) or before it (``linear_before_reset``, torch's form)."""
+    hidden = cell.hidden
+    xz, xr, xh = b.split(xt, 3, hidden, f"{st}_xgates")
+    if cell.reset_after:
+        hz, hr, hh = b.split(b.op("MatMul", [h, cell.r], f"{st}_hr"), 3, hidden, f"{st}_hgates")
+        hh = b.op("Add", [hh, cell.rb_h], f"{st}_hhb")
+    else:
+        hz, hr = b.split(b.op("MatMul", [h, cell.r_zr], f"{st}_hzr"), 2, hidden, f"{st}_hgates")
+    z = b.op("Sigmoid", [b.op("Add", [xz, hz], f"{st}_zpre")], f"{st}_z")
+    r = b.op("Sigmoid", [b.op("Add", [xr, hr], f"{st}_rpre")], f"{st}_r")
+    if cell.reset_after:
+        inner = b.op("Mul", [r, hh], f"{st}_rhh")
+    else:
+        inner = b.op("MatMul", [b.op("Mul", [r, h], f"{st}_rh"), cell.r_h], f"{st}_rhr")
+    n = b.op("Tanh", [b.op("Add", [xh, inner], f"{st}_npre")], f"{st}_n")
+    keep = b.op("Mul", [z, h], f"{st}_zh")
+    return b.op("Add", [b.op("Mul", [b.op("Sub", [cell.one, z], f"{st}_1mz"), n], f"{st}_zn"), keep], f"{st}_h"), c
