@@ -48,7 +48,7 @@ def unroll_recurrent(proto) -> tuple[Any, int]:
     model.CopyFrom(proto)
     graph = model.graph
     shapes = _static_shapes(model)
-    constants = _constants(graph)
+    constants = _Constants(model)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=17)
     builder = _Builder(graph, opset)
     nodes, count = [], 0
@@ -84,15 +84,63 @@ def _static_shapes(model) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _constants(graph) -> dict[str, Any]:
-    """Initializers and ``Constant`` node outputs as numpy arrays: the weights to unroll with."""
-    from onnx import helper, numpy_helper
+class _Constants:
+    """Values known before the model runs: initializers, and what nodes compute from them
+    alone, evaluated on demand with ONNX's reference evaluator. torch's dynamo exporter
+    hands ``LSTM`` weights reordered by ``Slice`` and ``Concat`` of the initializers."""
 
-    values = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(helper.get_attribute_value(node.attribute[0]))
-    return values
+    def __init__(self, model) -> None:
+        from onnx import numpy_helper
+
+        graph = model.graph
+        self.model = model
+        self.values = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+        self.producer = {out: node for node in graph.node for out in node.output}
+        self.runtime = {i.name for i in graph.input} - set(self.values)
+
+    def get(self, name: str):
+        """``name``'s value, or None if it depends on a model input (or cannot be folded)."""
+        if name not in self.values:
+            nodes = self._cone(name)
+            if nodes is None:
+                return None
+            self.values[name] = self._evaluate(nodes, name)
+        return self.values[name]
+
+    def _cone(self, name: str) -> list[Any] | None:
+        """The nodes ``name`` is computed by, in order, if they start from constants only."""
+        order: list[Any] = []
+        done: set[str] = set()
+
+        def visit(tensor: str) -> bool:
+            if not tensor or tensor in self.values or tensor in done:
+                return True
+            node = self.producer.get(tensor)
+            if tensor in self.runtime or node is None or node.op_type in GATES or any(a.g.node or a.graphs for a in node.attribute):
+                return False  # a model input, a recurrent op, or a subgraph (If, Loop)
+            if not all(visit(i) for i in node.input):
+                return False
+            done.update(node.output)
+            order.append(node)
+            return True
+
+        return order if visit(name) else None
+
+    def _evaluate(self, nodes: list[Any], name: str):
+        from onnx import helper, numpy_helper
+        from onnx.reference import ReferenceEvaluator
+
+        read = {i for n in nodes for i in n.input} & set(self.values)
+        graph = helper.make_graph(
+            nodes, "fold", [], [helper.make_empty_tensor_value_info(name)],
+            [numpy_helper.from_array(self.values[r], r) for r in sorted(read)],
+        )
+        model = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        try:
+            (value,) = ReferenceEvaluator(model).run(None, {})
+        except Exception:
+            return None
+        return value
 
 
 class _Builder:
@@ -168,7 +216,7 @@ class _Builder:
         return self.op("Concat", parts, stem, output=output, axis=axis)
 
 
-def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: dict[str, Any], b: _Builder) -> None:
+def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: _Constants, b: _Builder) -> None:
     import numpy as np
     from onnx import helper
 
@@ -200,8 +248,8 @@ def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: dict[str, Any],
     if op == "LSTM" and inputs[7]:
         raise refuse("peephole weights are not supported")
     for what, name in (("W", w_name), ("R", r_name), ("B", b_name)):
-        if name and name not in constants:
-            raise refuse(f"its {what} is computed at run time; it must be an initializer or a Constant")
+        if name and constants.get(name) is None:
+            raise refuse(f"its {what} is computed from the model's inputs; it must be known before the model runs")
     shape = shapes.get(x)
     if shape is None or len(shape) != 3:
         raise refuse("its input's shape is not static; pin the model's inputs with --input-shape")
@@ -212,10 +260,10 @@ def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: dict[str, Any],
             raise refuse("sequence_lens shorter than the sequence are not supported")
 
     gates = GATES[op]
-    w, r = constants[w_name], constants[r_name]
+    w, r = constants.get(w_name), constants.get(r_name)
     hidden = int(attrs.get("hidden_size") or r.shape[-1])
     dtype = w.dtype
-    bias = constants[b_name] if b_name else np.zeros((dirs, 2 * gates * hidden), dtype)
+    bias = constants.get(b_name) if b_name else np.zeros((dirs, 2 * gates * hidden), dtype)
     if w.shape[:2] != (dirs, gates * hidden) or r.shape != (dirs, gates * hidden, hidden) or bias.shape != (
         dirs, 2 * gates * hidden
     ):

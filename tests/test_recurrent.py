@@ -119,10 +119,27 @@ def test_peepholes_and_weights_computed_at_run_time_are_refused():
         unroll_recurrent(model)
 
     model, _ = _recurrent("GRU")
-    model.graph.node[0].input[1] = "W_at_run_time"
-    model.graph.node.insert(0, helper.make_node("Identity", ["W"], ["W_at_run_time"]))
-    with pytest.raises(AutotuneError, match="its W is computed at run time"):
+    model.graph.node[0].input[1] = "W_scaled"
+    model.graph.input.append(helper.make_tensor_value_info("scale", TensorProto.FLOAT, [1]))
+    model.graph.node.insert(0, helper.make_node("Mul", ["W", "scale"], ["W_scaled"]))
+    with pytest.raises(AutotuneError, match="its W is computed from the model's inputs"):
         unroll_recurrent(model)
+
+
+def test_weights_computed_from_initializers_are_folded_first():
+    """torch's dynamo exporter hands LSTM its weights through Slice and Concat of the
+    initializers (reordering torch's gates i, f, g, o into ONNX's i, o, f, c)."""
+    model, feeds = _recurrent("LSTM", direction="bidirectional")
+    model.graph.node[0].input[1] = "W_reordered"
+    halves = [f"W_half{k}" for k in range(2)]
+    model.graph.node.insert(0, helper.make_node("Split", ["W", "half"], halves, axis=1))
+    model.graph.node.insert(1, helper.make_node("Concat", halves[::-1], ["W_reordered"], axis=1))  # really reordered
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2 * HIDDEN, 2 * HIDDEN], np.int64), "half"))
+    onnx.checker.check_model(model, full_check=True)
+    unrolled, count = unroll_recurrent(model)
+    assert count == 1
+    for got, want in zip(ReferenceEvaluator(unrolled).run(None, feeds), ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_sequence_lengths_shorter_than_the_sequence_are_refused():
