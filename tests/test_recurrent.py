@@ -206,3 +206,24 @@ def test_an_lstm_model_decomposes_compiles_and_matches_the_onnx_reference(tmp_pa
     api.compile(model, out, target="llvm")  # no history: TVM's default schedules
     result = api.run(out, check=model, repeat=1)
     assert result["check"]["ok"] is True, result["check"]
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_torchs_own_lstm_and_gru_exports_compile_to_torchs_outputs(tmp_path, exporter):
+    """nn.LSTM (2 layers, bidirectional, batch first) + nn.GRU + nn.Linear as torch 2.13
+    exports them (tests/data/make_torch_recurrent.py): the TorchScript exporter computes
+    the initial states with Shape/Expand chains, the dynamo exporter reorders the gates
+    with Slice and Concat of the weights. The compiled module must give torch's outputs."""
+    from pathlib import Path
+
+    from autotune import api
+
+    data = Path(__file__).parent / "data"
+    io = np.load(data / "torch_recurrent_io.npz")
+    model = str(data / f"torch_recurrent_{exporter}.onnx")
+    out = tmp_path / f"{exporter}.so"
+    api.compile(model, out, target="llvm")
+    result = api.run(out, inputs={"input": io["input"]}, check=model, repeat=1, return_outputs=True)
+    (got,) = result["output_arrays"]
+    np.testing.assert_allclose(got, io["output"], rtol=1e-5, atol=1e-5)  # torch's own numbers
+    assert result["check"]["ok"] is True  # and ONNX's reference on the exported graph
