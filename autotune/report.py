@@ -21,6 +21,9 @@ from autotune.errors import AutotuneError
 from autotune.roofline import Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
 
 REPORT_JSON = "report.json"
+REPORT_CSV = "report.csv"
+CONVERGENCE_PNG = "convergence.png"
+LAYERS_TXT = "layers.txt"
 
 
 def run_dir(run_id: str) -> Path:
@@ -28,9 +31,7 @@ def run_dir(run_id: str) -> Path:
     from history.location import autotune_home
 
     return Path(autotune_home()) / "runs" / run_id
-REPORT_CSV = "report.csv"
-CONVERGENCE_PNG = "convergence.png"
-LAYERS_TXT = "layers.txt"
+
 
 #: Column order of summary_rows / the CSV.
 COLUMNS = [
