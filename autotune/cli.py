@@ -307,10 +307,12 @@ def cmd_zoo_list(args) -> int:
 
     entries = zoo.list_models()
     if args.json:
-        print(json.dumps([{"name": e.name, "description": e.description, "default_size": e.default_size, "input": list(e.input_shape(1, e.default_size))} for e in entries]))
+        print(json.dumps([{"name": e.name, "description": e.description, "default_size": e.default_size,
+                           "input": list(e.input_shape(1, e.default_size)), "input_dtype": e.input_dtype} for e in entries]))
     else:
         for e in entries:
-            print(f"{e.name:<12} {'x'.join(map(str, e.input_shape(1, e.default_size))):<16} {e.description}")
+            shape = "x".join(map(str, e.input_shape(1, e.default_size))) + ("" if e.input_dtype == "float32" else f" {e.input_dtype}")
+            print(f"{e.name:<12} {shape:<16} {e.description}")
     return 0
 
 

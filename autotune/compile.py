@@ -224,7 +224,7 @@ def compile_model(
         "target": target.config,
         "target_kind": target.kind,
         "target_key": target.key,
-        "inputs": {k: {"shape": list(v), "dtype": spec.input_dtypes.get(k, "float32")} for k, v in spec.input_shapes.items()},
+        "inputs": spec.inputs_description(),
         "outputs": spec.output_names,
         "batch_norm": batch_norm,
         "layers": applied.layers,

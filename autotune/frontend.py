@@ -29,6 +29,19 @@ class ModelSpec:
     #: BatchNormalization nodes in the model as given (before any fold): where they run
     #: (``--batch-norm``) changes the layers only when there are some.
     batch_norms: int = 0
+    #: Integer inputs that index a table (token ids into an embedding): the table's
+    #: length n, ids valid in [-n, n). TVM's compiled ``Gather`` does not check its
+    #: indices, so ``run`` checks given inputs against this before they get there.
+    index_limits: dict[str, int] = field(default_factory=dict)
+
+    def inputs_description(self) -> dict[str, dict[str, Any]]:
+        """Each input's shape, dtype and, for ids into a table, the table's length: what an
+        exported module's description records and what seeded inputs are drawn from."""
+        return {
+            k: {"shape": list(v), "dtype": self.input_dtypes.get(k, "float32")}
+            | ({"index_limit": self.index_limits[k]} if k in self.index_limits else {})
+            for k, v in self.input_shapes.items()
+        }
 
     @property
     def digest(self) -> str:
@@ -149,8 +162,26 @@ def _pin_shapes(
     outputs = [o.name for o in proto.graph.output]
     return ModelSpec(
         name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
-        batch_norms=batch_norms,
+        batch_norms=batch_norms, index_limits=index_limits(proto, [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]),
     )
+
+
+def index_limits(proto, integer_inputs: list[str]) -> dict[str, int]:
+    """For each of ``integer_inputs`` that a ``Gather`` takes as its indices into a
+    constant table, the table's extent along the gathered axis (the least, where several
+    tables share the ids)."""
+    tables = {init.name: list(init.dims) for init in proto.graph.initializer}
+    limits: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        ids, dims = node.input[1], tables.get(node.input[0])
+        if ids not in integer_inputs or not dims:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if -len(dims) <= axis < len(dims):
+            limits[ids] = min(limits.get(ids, dims[axis]), dims[axis])
+    return limits
 
 
 def _computes_shapes(proto) -> bool:

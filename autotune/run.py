@@ -42,8 +42,14 @@ def seeded_inputs(meta: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
         if dtype.startswith("float"):
             out[name] = rng.standard_normal(shape).astype(dtype)
         else:
-            out[name] = rng.integers(0, 2, size=shape).astype(dtype)
+            out[name] = rng.integers(0, min(2, _index_limit(info) or 2), size=shape).astype(dtype)
     return out
+
+
+def _index_limit(info: Mapping[str, Any]) -> int | None:
+    """The table length an integer input indexes, where the module's description gives a sound one."""
+    limit = info.get("index_limit")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
 
 
 def load_inputs(path: str | os.PathLike, meta: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -86,6 +92,12 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
             if not np.can_cast(array.dtype, dtype, casting="same_kind"):
                 raise AutotuneError(f"{source}: input {name} is {array.dtype}, the module takes {dtype}")
             array = array.astype(dtype)
+        limit = _index_limit(info)
+        if limit is not None and array.size and not (-limit <= array.min() and array.max() < limit):
+            bad = array.max() if array.max() >= limit else array.min()
+            raise AutotuneError(
+                f"{source}: input {name} holds {bad}; it indexes a table of {limit}, so its values must lie in [{-limit}, {limit})"
+            )
         out[name] = np.ascontiguousarray(array)
     return out
 

@@ -118,8 +118,7 @@ class TuneSession:
         self._measurer = None
         self.spaces: dict[str, Any] = {}
         self.decomposition: list = []
-        self._input_shapes: list[list[int]] = []
-        self._input_dtypes: list[str] = []
+        self._inputs: dict[str, dict] = {}
         self._interrupts = interrupt_mark()
         #: configs measured this run per op class: new evidence a cold layer's match may gain
         self._measured_by_class: dict[str, int] = {}
@@ -151,8 +150,7 @@ class TuneSession:
             model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm
         )
         layers = decompose.decompose(mod, batch_size=batch_size)
-        self._input_shapes = [list(v) for v in spec.input_shapes.values()]
-        self._input_dtypes = [spec.input_dtypes.get(k, "float32") for k in spec.input_shapes]
+        self._inputs = spec.inputs_description()
         self.store.register_target(self.target.history_info())
         for layer in layers:
             self.store.register_workload(layer.workload_info())
@@ -307,6 +305,7 @@ class TuneSession:
         from tvm import relax
 
         from autotune import compile as compiler
+        from autotune.run import seeded_inputs
 
         work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
         if use_history:
@@ -315,11 +314,7 @@ class TuneSession:
         with self._remote() as remote:
             dev = self.target.device() if remote is None else remote.device()
             vm = relax.VirtualMachine(ex if remote is None else remote.load(ex, "model", self.target.tvm_target), dev)
-            rng = np.random.default_rng(0)
-            args = [
-                tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev)
-                for shape, dtype in zip(self._input_shapes, self._input_dtypes)
-            ]
+            args = [tvm.runtime.tensor(a, dev) for a in seeded_inputs({"inputs": self._inputs}).values()]
             if remote is None:
                 timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
                 return float(np.median(timer(*args).results))

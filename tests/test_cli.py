@@ -612,7 +612,9 @@ def test_zoo_list_json(capsys):
     names = [e["name"] for e in data]
     assert {"resnet18", "mobilenetv2", "transformer"} <= set(names)
     r18 = data[names.index("resnet18")]
-    assert r18["input"] == [1, 3, 224, 224] and r18["default_size"] == 224
+    assert r18["input"] == [1, 3, 224, 224] and r18["default_size"] == 224 and r18["input_dtype"] == "float32"
+    memnet = data[names.index("memnet")]
+    assert memnet["input"] == [1, 100] and memnet["input_dtype"] == "int64"  # token ids
 
 
 def test_zoo_export_writes_loadable_onnx(capsys, env):
@@ -679,6 +681,32 @@ def test_info_says_when_history_cannot_be_read(capsys, env):
     hist = json.loads(capsys.readouterr().out)["history"]
     assert hist["exists"] is True and hist["error"]
     assert (env / "notdb.db").read_text() == "not a database"
+
+
+def test_run_refuses_token_ids_outside_the_table_they_index(capsys, env):
+    """TVM's compiled Gather reads wherever its indices point: an id past the embedding
+    table would read stray memory (or crash). The module records the table's length
+    and run refuses such inputs in one line; ids in [-n, n) run and match ONNX's
+    reference, negative ones counting from the end as ONNX says."""
+    table = numpy_helper.from_array(np.arange(30, dtype=np.float32).reshape(10, 3), "E")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["E", "ids"], ["emb"], axis=0), helper.make_node("Relu", ["emb"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3])], [table],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), env / "emb.onnx")
+    assert main(["compile", "emb.onnx", "--target", "llvm", "-o", "emb.so", "--json"]) == 0
+    capsys.readouterr()
+    ids = np.array([[0, 9, -1, -10], [3, 4, 5, 6]])
+    np.savez(env / "ok.npz", ids=ids)
+    assert main(["run", "emb.so", "--inputs", "ok.npz", "--check", "emb.onnx", "--save-outputs", "y.npz", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["check"]["ok"] is True
+    with np.load(env / "y.npz") as saved:
+        np.testing.assert_array_equal(saved["y"][0, :, 0], [0, 27, 27, 0])
+    for bad, shown in ((10, "10"), (-11, "-11")):
+        np.savez(env / "bad.npz", ids=np.where(ids == 5, bad, ids))
+        _user_error(capsys, ["run", "emb.so", "--inputs", "bad.npz"],
+                    contains=(f"input ids holds {shown}", "table of 10", "[-10, 10)"))
 
 
 def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):

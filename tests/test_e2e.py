@@ -481,3 +481,29 @@ def test_convolutions_of_other_ranks_tune_apart_and_a_transposed_one_compiles_co
     api.compile(autoencoder, out, target="llvm", history=history)
     result = api.run(out, check=autoencoder, repeat=1)
     assert result["check"]["ok"] is True, result["check"]
+
+
+def test_a_translation_model_fed_token_ids_tunes_compiles_and_decodes_as_onnx_does(tmp_path):
+    """The zoo's seq2seq: int64 token ids in, an LSTM decoder whose steps start from the
+    previous step's states and are fed the embedding of its own argmax. Its tuned module,
+    run on ids from the whole vocabulary, decodes what ONNX's reference evaluator decodes
+    on the recurrent graph, and each decoding step reuses one tuned workload."""
+    from autotune import api
+    from autotune.zoo import get_entry
+
+    entry, size = get_entry("seq2seq"), 3
+    history = str(tmp_path / "history.db")
+    report = api.tune("seq2seq", size=size, trials=4, target="llvm", history=history, mlflow=False,
+                      model_latency=False, repeat=2, batch=4, out_dir=tmp_path / "run")
+    tuned = [l for l in report["layers"] if l["trials"]]
+    assert tuned and all(l["best_latency"] > 0 for l in tuned)
+    steps = api.layers("seq2seq", size=size)["layers"]
+    assert max(l.occurrences for l in steps if l.op_class == "dense") >= size  # one kernel, every step
+
+    out = tmp_path / "seq2seq.so"
+    api.compile("seq2seq", out, size=size, target="llvm", history=history)
+    ids = np.random.default_rng(5).integers(0, entry.vocab, entry.input_shape(1, size))
+    result = api.run(out, inputs={"input": ids}, check="seq2seq", repeat=1, return_outputs=True)
+    assert result["check"]["ok"] is True, result["check"]
+    (scores,) = result["output_arrays"]
+    assert scores.shape == entry.output_shape(1, size)

@@ -24,16 +24,21 @@ from autotune.zoo.alexnet import alexnet
 from autotune.zoo.dqn import dqn
 from autotune.zoo.graph import GraphBuilder
 
-NAMES = ["resnet18", "resnet50", "vgg11", "alexnet", "mobilenetv2", "transformer", "dqn", "autoencoder", "speech"]
+NAMES = ["resnet18", "resnet50", "vgg11", "alexnet", "mobilenetv2", "transformer", "dqn", "autoencoder", "speech",
+         "seq2seq", "memnet"]
 #: Small sizes keep the reference evaluator and TVM compile fast.
 SMALL = {"resnet18": 32, "resnet50": 32, "vgg11": 32, "alexnet": 64, "mobilenetv2": 32,
-         "transformer": 16, "dqn": 36, "autoencoder": 16, "speech": 8}
+         "transformer": 16, "dqn": 36, "autoencoder": 16, "speech": 8, "seq2seq": 4, "memnet": 8}
 #: Learnable parameters (weights + biases, excluding BN running stats) at the
 #: default size: torchvision's published counts for the CNNs, and
 #: 4*(256*256+256) + 2*2*256 + (256*1024+1024) + (1024*256+256) for the transformer;
 #: the Nature DQN's 1.69M (conv 4->32 8x8, 32->64 4x4, 64->64 3x3, fc 3136->512->18);
 #: for the autoencoder, convs 3->32->64->128 and transposed 128->64->32->3, all 4x4 with bias;
-#: for speech, torch.nn.LSTM(40, 256, num_layers=2, bidirectional=True) + Linear(512, 29).
+#: for speech, torch.nn.LSTM(40, 256, num_layers=2, bidirectional=True) + Linear(512, 29);
+#: for seq2seq, two Embedding(8000, 256), two LSTM(256, 256, num_layers=2), Luong's
+#: W_c (256 x 512, no bias) and Linear(256, 8000); for memnet (Sukhbaatar et al.'s Penn
+#: Treebank model), embeddings A and C (10000 x 150) with temporal encodings (100 x 150),
+#: H (150 x 150, no bias) and Linear(150, 10000).
 EXPECTED_PARAMS = {
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
@@ -45,16 +50,21 @@ EXPECTED_PARAMS = {
     "autoencoder": sum(a * b * 16 + b for a, b in [(3, 32), (32, 64), (64, 128)])
     + sum(a * b * 16 + b for a, b in [(128, 64), (64, 32), (32, 3)]),
     "speech": sum(2 * (4 * 256 * (n_in + 256) + 8 * 256) for n_in in (40, 512)) + 512 * 29 + 29,
+    "seq2seq": 2 * 8000 * 256 + 4 * (4 * 256 * (256 + 256) + 8 * 256) + 256 * 512 + 256 * 8000 + 8000,
+    "memnet": 2 * (10_000 * 150 + 100 * 150) + 150 * 150 + 150 * 10_000 + 10_000,
 }
 BATCH = 2
 
 
 def _small(name: str) -> tuple[onnx.ModelProto, np.ndarray]:
-    """A small-size batch-2 model and a seeded input for it."""
+    """A small-size batch-2 model and a seeded input for it (token ids anywhere in the
+    vocabulary for the language models)."""
     entry = get_entry(name)
     model = build_model(name, batch_size=BATCH, size=SMALL[name])
-    x = np.random.default_rng(123).standard_normal(entry.input_shape(BATCH, SMALL[name]))
-    return model, x.astype(np.float32)
+    rng = np.random.default_rng(123)
+    shape = entry.input_shape(BATCH, SMALL[name])
+    x = rng.integers(0, entry.vocab, shape) if entry.vocab else rng.standard_normal(shape)
+    return model, x.astype(entry.input_dtype)
 
 
 def _shape(value_info: onnx.ValueInfoProto) -> tuple[int, ...]:
@@ -80,6 +90,9 @@ def test_input_shapes() -> None:
     assert get_entry("dqn").input_shape(2, 84) == (2, 4, 84, 84) and get_entry("dqn").output_shape(2, 84) == (2, 18)
     assert get_entry("autoencoder").output_shape(2, 32) == (2, 3, 32, 32)
     assert get_entry("speech").input_shape(2, 50) == (2, 50, 40) and get_entry("speech").output_shape(2, 50) == (2, 50, 29)
+    assert get_entry("seq2seq").input_shape(2, 7) == (2, 7) and get_entry("seq2seq").output_shape(2, 7) == (2, 7, 8000)
+    assert get_entry("memnet").input_shape(2, 30) == (2, 30) and get_entry("memnet").output_shape(2, 30) == (2, 10_000)
+    assert [e.name for e in list_models() if e.input_dtype == "int64"] == ["seq2seq", "memnet"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -102,6 +115,7 @@ def test_checker_shapes_and_reference_run(name: str) -> None:
     assert name in model.doc_string
     assert {p.key: p.value for p in model.metadata_props}["autotune.zoo.name"] == name
 
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.helper.np_dtype_to_tensor_dtype(np.dtype(entry.input_dtype))
     (out,) = ReferenceEvaluator(model).run(None, {"input": x})
     assert out.shape == expected_out and out.dtype == np.float32
     assert np.isfinite(out).all()
@@ -156,6 +170,19 @@ def test_operator_choices() -> None:
     ae_ops = [n.op_type for n in build_model("autoencoder", size=16).graph.node]
     assert ae_ops.count("Conv") == 3 and ae_ops.count("ConvTranspose") == 3 and ae_ops[-1] == "Sigmoid"
 
+    # seq2seq: 2 encoder LSTM nodes, then 2 per decoding step sharing their weights
+    # (torch exports an nn.LSTM called once per step), each step fed its own argmax
+    s2s = build_model("seq2seq", size=5)
+    s2s_ops = [n.op_type for n in s2s.graph.node]
+    assert s2s_ops.count("LSTM") == 2 + 2 * 5 and s2s_ops.count("ArgMax") == 4 and s2s_ops.count("Gather") == 6
+    decoder_weights = {n.input[1] for n in s2s.graph.node if n.op_type == "LSTM"}
+    assert len(decoder_weights) == 4  # one set per encoder and decoder layer
+    # memnet: 6 hops of two batched products around a softmax, one H shared by all
+    mn = build_model("memnet", size=10)
+    mn_ops = [n.op_type for n in mn.graph.node]
+    assert mn_ops.count("Softmax") == 6 and mn_ops.count("MatMul") == 12 and mn_ops.count("Gather") == 2
+    assert {n.input[1] for n in mn.graph.node if n.op_type == "Gemm"} == {"hop.weight", "output.weight"}
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tvm_import_build_and_match_reference(name: str) -> None:
@@ -169,7 +196,7 @@ def test_tvm_import_build_and_match_reference(name: str) -> None:
     from autotune.recurrent import unroll_recurrent
 
     model, x = _small(name)
-    unrolled, _ = unroll_recurrent(model)  # TVM has no LSTM converter (speech)
+    unrolled, _ = unroll_recurrent(model)  # TVM has no LSTM converter (speech, seq2seq)
     mod = from_onnx(unrolled, shape_dict={"input": list(x.shape)}, keep_params_in_input=False)
     mod = relax.transform.LegalizeOps()(mod)
     ex = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
@@ -205,7 +232,7 @@ def test_unknown_name() -> None:
 
 @pytest.mark.parametrize(
     ("name", "size"), [("alexnet", 62), ("vgg11", 31), ("resnet18", 16), ("mobilenetv2", 8),
-                       ("transformer", 0), ("dqn", 35), ("autoencoder", 4)],
+                       ("transformer", 0), ("dqn", 35), ("autoencoder", 4), ("seq2seq", 0), ("memnet", 0)],
 )
 def test_too_small_size_rejected(name: str, size: int) -> None:
     with pytest.raises(AutotuneError) as info:
@@ -221,6 +248,8 @@ def test_min_sizes_build() -> None:
     assert _shape(build_model("transformer", size=1).graph.output[0]) == (1, 1, 256)
     assert _shape(build_model("dqn", size=36).graph.output[0]) == (1, 18)
     assert _shape(build_model("autoencoder", size=8).graph.output[0]) == (1, 3, 8, 8)
+    assert _shape(build_model("seq2seq", size=1).graph.output[0]) == (1, 1, 8000)
+    assert _shape(build_model("memnet", size=1).graph.output[0]) == (1, 10_000)
 
 
 def test_dqn_min_size_is_tight() -> None:

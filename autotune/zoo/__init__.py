@@ -23,8 +23,12 @@ from autotune.zoo.dqn import ACTIONS, FRAMES
 from autotune.zoo.dqn import MIN_SIZE as DQN_MIN_SIZE
 from autotune.zoo.dqn import dqn
 from autotune.zoo.graph import GraphBuilder
+from autotune.zoo.memnet import VOCAB as MEMNET_VOCAB
+from autotune.zoo.memnet import memnet
 from autotune.zoo.mobilenet import mobilenetv2
 from autotune.zoo.resnet import resnet18, resnet50
+from autotune.zoo.seq2seq import VOCAB as SEQ2SEQ_VOCAB
+from autotune.zoo.seq2seq import seq2seq
 from autotune.zoo.speech import CHARACTERS, FEATURES, speech
 from autotune.zoo.transformer import D_MODEL, transformer
 from autotune.zoo.vgg import vgg11
@@ -41,10 +45,13 @@ class ZooEntry:
     """What a caller needs to know to feed a zoo model without building it first.
 
     ``default_size`` / ``min_size`` are the image side for CNNs and the
-    sequence length for the transformer. ``kind`` is ``"image"`` (NCHW input
+    sequence length otherwise. ``kind`` is ``"image"`` (NCHW input
     with ``channels`` channels, ``outputs`` scores out), ``"reconstruction"``
-    (an image in, the same shape out) or ``"sequence"`` ([batch, seq, channels] in,
-    [batch, seq, outputs or channels] out).
+    (an image in, the same shape out), ``"sequence"`` ([batch, seq, channels] in,
+    [batch, seq, outputs or channels] out), ``"translation"`` (int64 token ids
+    [batch, seq] below ``vocab`` in, [batch, seq, outputs] scores out) or
+    ``"language_model"`` (token ids [batch, seq] in, [batch, outputs] scores of the
+    next token out).
     """
 
     name: str
@@ -55,16 +62,24 @@ class ZooEntry:
     kind: str = "image"
     channels: int = 3
     outputs: int | None = None
+    vocab: int | None = None
+
+    @property
+    def input_dtype(self) -> str:
+        """``int64`` for models fed token ids, ``float32`` otherwise."""
+        return "int64" if self.vocab else "float32"
 
     def input_shape(self, batch_size: int, size: int) -> tuple[int, ...]:
         """Static shape of the ``input`` tensor for this batch size and size."""
+        if self.vocab:
+            return (batch_size, size)
         if self.kind == "sequence":
             return (batch_size, size, self.channels)
         return (batch_size, self.channels, size, size)
 
     def output_shape(self, batch_size: int, size: int) -> tuple[int, ...]:
         """Static shape of the ``output`` tensor (logits for CNNs, hidden states otherwise)."""
-        if self.kind == "sequence":
+        if self.kind in ("sequence", "translation"):
             return (batch_size, size, self.outputs or self.channels)
         if self.kind == "reconstruction":
             return self.input_shape(batch_size, size)
@@ -99,6 +114,12 @@ _REGISTRY: dict[str, tuple[ZooEntry, _Builder]] = {
         (ZooEntry("speech", f"Speech acoustic model: {FEATURES} log-mel features per frame, 2 bidirectional "
                   f"LSTMs (256), {CHARACTERS} character scores per frame; size is the number of frames",
                   INPUT_NAME, 100, 1, kind="sequence", channels=FEATURES, outputs=CHARACTERS), speech),
+        (ZooEntry("seq2seq", f"Translation, LSTM encoder-decoder with dot attention ({SEQ2SEQ_VOCAB} subwords, "
+                  "2 layers of 256), greedy decoding; size is the source length and the steps decoded",
+                  INPUT_NAME, 20, 1, kind="translation", outputs=SEQ2SEQ_VOCAB, vocab=SEQ2SEQ_VOCAB), seq2seq),
+        (ZooEntry("memnet", f"End-to-end memory network, language model ({MEMNET_VOCAB} words, 150 units, 6 hops); "
+                  "size is the number of memories (previous words)",
+                  INPUT_NAME, 100, 1, kind="language_model", outputs=MEMNET_VOCAB, vocab=MEMNET_VOCAB), memnet),
     )
 }
 
@@ -137,14 +158,13 @@ def build_model(
     entry, builder = _REGISTRY[get_entry(name).name]
     batch_size = _check_int("batch size", batch_size, 1)
     size = entry.default_size if size is None else size
-    what = "sequence length" if entry.kind == "sequence" else "image size"
-    size = _check_int(f"{name} {what}", size, entry.min_size,
-                      hint=" (smaller inputs vanish in the downsampling layers)"
-                      if entry.kind != "sequence" else "")
+    image = entry.kind in ("image", "reconstruction")
+    size = _check_int(f"{name} {'image size' if image else 'sequence length'}", size, entry.min_size,
+                      hint=" (smaller inputs vanish in the downsampling layers)" if image else "")
     seed = _check_int("seed", seed, 0)
 
     g = GraphBuilder(seed)
-    x = g.input(INPUT_NAME, entry.input_shape(batch_size, size))
+    x = g.input(INPUT_NAME, entry.input_shape(batch_size, size), entry.input_dtype)
     try:
         out = builder(g, x, OUTPUT_NAME)
     except AutotuneError as exc:

@@ -58,9 +58,10 @@ class GraphBuilder:
         self.shapes[name] = tuple(int(d) for d in shape)
         return name
 
-    def input(self, name: str, shape: Shape) -> str:
-        """Declare a float32 graph input with a fully static shape."""
-        self._inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+    def input(self, name: str, shape: Shape, dtype: str = "float32") -> str:
+        """Declare a graph input with a fully static shape (``int64`` for token ids)."""
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        self._inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
         return self._claim(name, shape)
 
     def _check_room(self, shape: Shape, itemsize: int = 4) -> None:
@@ -102,16 +103,31 @@ class GraphBuilder:
         **attrs: object,
     ) -> str:
         """Append a single-output node; its output name is generated unless given."""
+        (out,) = self.node_outputs(op_type, inputs, [out_shape], outputs=None if output is None else [output], **attrs)
+        return out
+
+    def node_outputs(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        out_shapes: Sequence[Shape],
+        *,
+        outputs: Sequence[str] | None = None,
+        **attrs: object,
+    ) -> list[str]:
+        """Append a node with one output per shape in ``out_shapes`` (an LSTM's Y, Y_h, Y_c)."""
         count = self._op_counts.get(op_type, 0)
         self._op_counts[op_type] = count + 1
         node_name = f"{op_type}_{count}"
-        out = output if output is not None else f"{node_name}_out"
-        if any(d < 1 for d in out_shape):
-            raise AutotuneError(
-                f"input too small: {op_type} would produce an empty tensor of shape {tuple(out_shape)}"
-            )
-        self._nodes.append(helper.make_node(op_type, list(inputs), [out], name=node_name, **attrs))
-        return self._claim(out, out_shape)
+        if outputs is None:
+            outputs = [f"{node_name}_out"] if len(out_shapes) == 1 else [f"{node_name}_out{i}" for i in range(len(out_shapes))]
+        for shape in out_shapes:
+            if any(d < 1 for d in shape):
+                raise AutotuneError(
+                    f"input too small: {op_type} would produce an empty tensor of shape {tuple(shape)}"
+                )
+        self._nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=node_name, **attrs))
+        return [self._claim(out, shape) for out, shape in zip(outputs, out_shapes)]
 
     def finish(
         self, output: str, *, graph_name: str, doc: str, metadata: dict[str, str]
@@ -202,18 +218,45 @@ class GraphBuilder:
         directions joined into the feature axis: [seq, batch, dirs * hidden]."""
         seq, batch, features = self.shapes[x]
         dirs = 2 if bidirectional else 1
-        # gate inputs of unit variance for unit inputs (torch's U(+-1/sqrt(hidden)) leaves
-        # the states, and the model's output, near 0)
-        ih, hh = math.sqrt(3.0 / features), math.sqrt(3.0 / hidden)
-        weights = [
-            self.uniform(f"{name}.ih.weight", (dirs, 4 * hidden, features), -ih, ih),
-            self.uniform(f"{name}.hh.weight", (dirs, 4 * hidden, hidden), -hh, hh),
-            self.uniform(f"{name}.bias", (dirs, 8 * hidden), -hh, hh),
-        ]
+        weights = self.lstm_weights(features, hidden, name=name, dirs=dirs)
         y = self.node("LSTM", [x, *weights], (seq, dirs, batch, hidden), hidden_size=hidden,
                       direction="bidirectional" if bidirectional else "forward")
         y = self.node("Transpose", [y], (seq, batch, dirs, hidden), perm=[0, 2, 1, 3])
         return self.reshape(y, (seq, batch, dirs * hidden), name=f"{name}.join")
+
+    def lstm_weights(self, features: int, hidden: int, *, name: str, dirs: int = 1) -> list[str]:
+        """An LSTM node's W, R and B initializers, made once so that the steps of a decoder
+        (one LSTM node per step) can share them."""
+        # gate inputs of unit variance for unit inputs (torch's U(+-1/sqrt(hidden)) leaves
+        # the states, and the model's output, near 0)
+        ih, hh = math.sqrt(3.0 / features), math.sqrt(3.0 / hidden)
+        return [
+            self.uniform(f"{name}.ih.weight", (dirs, 4 * hidden, features), -ih, ih),
+            self.uniform(f"{name}.hh.weight", (dirs, 4 * hidden, hidden), -hh, hh),
+            self.uniform(f"{name}.bias", (dirs, 8 * hidden), -hh, hh),
+        ]
+
+    def lstm_step(
+        self, x: str, weights: Sequence[str], state: tuple[str, str] | None = None
+    ) -> tuple[str, str, str]:
+        """One forward LSTM node over ``x`` [seq, batch, features] from ``state`` (h, c),
+        each [1, batch, hidden], zeros when None: its output [seq, batch, hidden] and its
+        last (h, c), which the next call takes up, as torch exports an ``nn.LSTM`` called
+        once per decoding step."""
+        seq, batch, _ = self.shapes[x]
+        hidden = self.shapes[weights[1]][-1]
+        inputs = [x, *weights] + (["", state[0], state[1]] if state else [])
+        y, h, c = self.node_outputs(
+            "LSTM", inputs, [(seq, 1, batch, hidden), (1, batch, hidden), (1, batch, hidden)], hidden_size=hidden
+        )
+        return self.node("Squeeze", [y, self.axes_const(1)], (seq, batch, hidden)), h, c
+
+    def axes_const(self, *axes: int) -> str:
+        """An int64 axes input (Squeeze, Unsqueeze), shared by every node that uses the same axes."""
+        name = "axes." + "_".join(str(a) for a in axes)
+        if name not in self.shapes:
+            self.const(name, np.array(axes, dtype=np.int64))
+        return name
 
     def batch_norm(self, x: str, *, name: str, gamma: float = 1.0) -> str:
         """Inference BatchNormalization with near-identity statistics.
