@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", "-o", help="also compile the tuned model and export it here (e.g. model.so)")
     p.add_argument("--mlflow-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or a local store in ~/.autotune)")
     p.add_argument("--no-mlflow", action="store_true", help="do not record the run in MLflow")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress (bars, or with --json the event lines before the report)")
     _json_arg(p)
     p.set_defaults(func=cmd_tune)
 
@@ -198,7 +198,8 @@ def cmd_tune(args) -> int:
     from autotune import report as reporting
     from autotune.frontend import parse_input_shapes
 
-    mode = "json" if args.json else ("quiet" if args.quiet else "rich")
+    # --quiet wins over --json: the report alone, without a progress event per line before it
+    mode = "quiet" if args.quiet else ("json" if args.json else "rich")
     report = api.tune(
         args.model, target=args.target, history=args.history, out=args.out, out_dir=args.out_dir,
         mlflow=not args.no_mlflow, mlflow_uri=args.mlflow_uri, input_shapes=parse_input_shapes(args.input_shape),

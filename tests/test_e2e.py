@@ -107,7 +107,9 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
         "--no-mlflow", "--quiet", "--json", "--no-model-latency", "--out-dir", str(workdir / "run2"),
     ])
     assert code == 0
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (line,) = capsys.readouterr().out.strip().splitlines()  # --quiet: the report, no progress events
+    report = json.loads(line)
+    assert report["event"] == "report"
     for layer in report["layers"]:
         if layer["workload_key"] in tuned_before:
             assert layer["dispatch"] == "exact" and layer["trials"] == 0 and layer["match_score"] == 1.0
