@@ -270,8 +270,10 @@ def _inference_passes() -> list:
 def _kernel_passes() -> list:
     from tvm import relax
 
+    from autotune.rewrites import kernel_rewrites
+
     return [
-        fast_softmax_pass(),
+        kernel_rewrites(),
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
@@ -279,39 +281,6 @@ def _kernel_passes() -> list:
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
     ]
-
-
-def fast_softmax_pass():
-    """Softmax as TOPI's ``fast_softmax``: the same four kernels (max, exp, sum,
-    normalize) with ``exp`` as TVM's range-reduced polynomial instead of a call to the C
-    library's ``expf``, one element at a time, which no schedule vectorizes. On the
-    znver5 the attention-sized softmax (4 x 128 x 128) took 49 us instead of 144 with
-    TVM's default loop nest, and its largest error against a float64 softmax was the same
-    (1.6e-6 relative; ``expf`` 1.5e-6). Only softmax: relax's own ``FastMathTransform``
-    also replaces ``erf`` and ``tanh`` (GELU, LSTM gates), not measured here.
-    A pass over the imported module, before legalization, for every target: a layer's
-    kernel, and so its workload key, is the same whatever it is tuned for."""
-    import tvm
-    from tvm import relax, topi
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    @mutator
-    class _FastSoftmax(PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.softmax":
-                return self.builder_.call_te(topi.nn.fast_softmax, call.args[0], call.attrs.axis)
-            return call
-
-    @tvm.transform.module_pass(opt_level=0, name="AutotuneFastSoftmax")
-    def rewrite(mod, _ctx):
-        rewriter = _FastSoftmax(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
-
-    return rewrite
 
 
 def fuse(mod, *, batch_norm_in_epilogue: bool = False):

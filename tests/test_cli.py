@@ -709,6 +709,26 @@ def test_run_refuses_token_ids_outside_the_table_they_index(capsys, env):
                     contains=(f"input ids holds {shown}", "table of 10", "[-10, 10)"))
 
 
+def test_an_id_that_reaches_a_gather_through_other_ops_is_clamped_not_read_past_the_table(env):
+    """run cannot check ids that pass through an Add before the Gather; the compiled
+    Gather itself clamps them into the table (TVM's default mode would read the memory
+    after it: a crash, or numbers from nowhere)."""
+    from autotune import api
+
+    table = numpy_helper.from_array(np.arange(30, dtype=np.float32).reshape(10, 3), "E")
+    zero = numpy_helper.from_array(np.zeros(1, np.int64), "zero")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["ids", "zero"], ["shifted"]), helper.make_node("Gather", ["E", "shifted"], ["y"], axis=0)],
+        "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])], [table, zero],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), env / "shifted.onnx")
+    api.compile(str(env / "shifted.onnx"), env / "shifted.so", target="llvm")
+    result = api.run(env / "shifted.so", inputs={"ids": np.array([2, 12, 4000, 9])}, repeat=1, return_outputs=True)
+    (y,) = result["output_arrays"]
+    np.testing.assert_array_equal(y[:, 0], [6, 27, 27, 27])  # past the end: the last row
+
+
 def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):
     """run --inputs FILE.npz feeds the user's arrays (checked by name, shape and dtype;
     never unpickled), --check compares on those same inputs, --save-outputs writes the
