@@ -19,6 +19,8 @@
 #   bash benchmarks/gpu/session.sh ceiling   # what history alone offers its layers (--k 128)
 #   bash benchmarks/gpu/session.sh bnfold    # batch norm folded vs separate, each tuned (MODELS, SEEDS)
 #   bash benchmarks/gpu/session.sh rpc       # tune --rpc against a server that cannot compile CUDA
+#   bash benchmarks/gpu/session.sh primitives  # conv/pool/LRN/BN/ReLU/FC/softmax vs cuDNN/cuBLAS
+#   bash benchmarks/gpu/session.sh zoo       # dqn, autoencoder, speech, seq2seq, memnet: tune, export, check
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
 # history DB and the measurement file persist on the warm machine, so the next call
@@ -129,6 +131,21 @@ rpc)
   echo "server: $(grep -c load_module "$R/rpc_server.out") modules loaded, $(cat "$R"/rpc_server.out "$R"/rpc_tune.err | grep -c 'Invalid TVM_CUDA_COMPILE_MODE') compiles refused" | tee -a "$R/steps.txt"
   pkill -f rpc_no_compiler.py; pkill -f tvm.exec.popen_worker
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc)"; exit 2 ;;
+primitives)
+  # Per-primitive kernels on CUDA (README, "Per-primitive kernels"): tuned vs dlight's
+  # defaults vs cuDNN/cuBLAS through torch; 7 tunes of TRIALS each (about 25 s apiece on llvm).
+  step primitives "${LIMIT:-560}" $py benchmarks/bench_primitives.py --target cuda --trials "${TRIALS:-64}" \
+    --out "$R/primitives_cuda.json" "$@"
+  ;;
+zoo)
+  # The zoo models added on 2026-11-25, none of which has run on a GPU: tune, export, and
+  # run the export against ONNX's reference.
+  for m in ${MODELS:-dqn autoencoder speech seq2seq memnet}; do
+    step "tune_$m" "${LIMIT:-150}" $py -m autotune tune "$m" --target cuda --trials "${TRIALS:-16}" --no-mlflow \
+      --json --quiet --out "$R/$m.so"
+    step "run_$m" 90 $py -m autotune run "$R/$m.so" --check "$m" --json
+  done
+  ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | zoo)"; exit 2 ;;
 esac
 pack
