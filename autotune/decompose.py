@@ -140,16 +140,14 @@ def decompose(mod, *, batch_size: int | None = None) -> list[Layer]:
                 calls.append((str(gvar.name_hint), [isinstance(a, tvm.ir.expr.Constant) for a in args]))
 
     counts: dict[str, int] = {}
-    for name, _ in calls:
-        counts[name] = counts.get(name, 0) + 1
-    layers: list[Layer] = []
-    seen: set[str] = set()
+    # an argument is a weight only if every call passes a constant there: a kernel that
+    # one call feeds a constant and the others activations (a memory network's first hop
+    # queries with a fixed vector) is classed by what it does on most of its calls
+    masks: dict[str, list[bool]] = {}
     for name, const_mask in calls:
-        if name in seen:
-            continue
-        seen.add(name)
-        layers.append(describe(name, mod[name], const_mask, counts[name], batch_size))
-    return layers
+        counts[name] = counts.get(name, 0) + 1
+        masks[name] = [a and b for a, b in zip(masks[name], const_mask)] if name in masks else const_mask
+    return [describe(name, mod[name], masks[name], counts[name], batch_size) for name in masks]
 
 
 def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_size: int | None) -> Layer:

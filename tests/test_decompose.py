@@ -231,6 +231,20 @@ def test_mobilenet_has_depthwise_conv2d_class(mobilenet):
 
 
 # --- transformer --------------------------------------------------------------------------
+def test_a_kernel_is_given_weights_only_where_every_call_passes_constants():
+    """memnet's six hops call one matmul kernel; the first hop queries the memory with a
+    fixed vector (a constant), the other five with the previous hop's state. It is a
+    product of two activations, batch_matmul like the hop's second product, not a dense
+    layer whose 'weight' is the query; and an LSTM step kernel fed zeros as its first
+    state takes that state as an input, not a weight."""
+    memnet = _layers("memnet", 8)
+    hops = [l for l in memnet if l.occurrences == 6 and "matmul" in l.name]
+    assert len(hops) == 2 and {l.op_class for l in hops} == {"batch_matmul"}
+    assert all(not l.weights for l in hops)
+    cell = [l for l in _layers("seq2seq", 3) if l.name.startswith("fused_tir_sigmoid_tir_sigmoid_tir_tanh")]
+    assert len(cell) == 1 and not cell[0].weights and len(cell[0].inputs) == 4  # c = f * c0 + i * g
+
+
 def test_transformer_has_dense_softmax_norm(transformer):
     classes = {l.op_class for l in transformer}
     assert {"dense", "softmax", "norm"} <= classes
