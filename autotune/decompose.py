@@ -142,7 +142,7 @@ def decompose(mod, *, batch_size: int | None = None) -> list[Layer]:
     counts: dict[str, int] = {}
     # an argument is a weight only if every call passes a constant there: a kernel that
     # one call feeds a constant and the others activations (a memory network's first hop
-    # queries with a fixed vector) is classed by what it does on most of its calls
+    # queries with a fixed vector) is classed as the product of activations it is
     masks: dict[str, list[bool]] = {}
     for name, const_mask in calls:
         counts[name] = counts.get(name, 0) + 1

@@ -30,8 +30,9 @@ class ModelSpec:
     #: (``--batch-norm``) changes the layers only when there are some.
     batch_norms: int = 0
     #: Integer inputs that index a table (token ids into an embedding): the table's
-    #: length n, ids valid in [-n, n). TVM's compiled ``Gather`` does not check its
-    #: indices, so ``run`` checks given inputs against this before they get there.
+    #: length n, ids valid in [-n, n). The compiled ``Gather`` clamps a bad id into the
+    #: table (:mod:`autotune.rewrites`) and answers with the wrong row, silently, so
+    #: ``run`` refuses given inputs outside this before they get there.
     index_limits: dict[str, int] = field(default_factory=dict)
 
     def inputs_description(self) -> dict[str, dict[str, Any]]:
