@@ -7,7 +7,7 @@ import json
 import os
 import statistics
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -142,8 +142,6 @@ def run_module(
 ) -> dict[str, Any]:
     """Outputs and latency statistics (seconds) of the exported module on ``inputs``
     (checked by :func:`check_inputs`), or on seeded ones."""
-    import time
-
     import tvm
 
     meta = load_metadata(path)
@@ -152,22 +150,7 @@ def run_module(
     args = [tvm.runtime.tensor(inputs[name], dev) for name in meta["inputs"]]
     result = vm["main"](*args)
     outputs = _flatten(result)
-    for _ in range(warmup):
-        vm["main"](*args)
-    dev.sync()
-    if not number:  # enough calls per repeat for ~50 ms
-        t0 = time.perf_counter()
-        vm["main"](*args)
-        dev.sync()
-        one = max(time.perf_counter() - t0, 1e-6)
-        number = max(1, min(1000, int(0.05 / one)))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            vm["main"](*args)
-        dev.sync()
-        samples.append((time.perf_counter() - t0) / number)
+    samples, number = time_calls(lambda: vm["main"](*args), dev.sync, repeat=repeat, number=number, warmup=warmup)
     return {
         "module": str(path),
         "model": meta.get("model"),
@@ -181,6 +164,33 @@ def run_module(
         "number": number,
         "output_arrays": outputs,
     }
+
+
+def time_calls(
+    call: Callable[[], Any], sync: Callable[[], Any], *, repeat: int, number: int = 0, warmup: int = 2
+) -> tuple[list[float], int]:
+    """Seconds per call in each of ``repeat`` batches of ``number`` back-to-back calls
+    (0: as many as take about 50 ms), after ``warmup`` calls; and that ``number``. The
+    loop ``run`` times a module with, and what a benchmark times a vendor call with, so
+    both pay the same per-call costs."""
+    import time
+
+    for _ in range(warmup):
+        call()
+    sync()
+    if not number:  # enough calls per repeat for ~50 ms
+        t0 = time.perf_counter()
+        call()
+        sync()
+        number = max(1, min(1000, int(0.05 / max(time.perf_counter() - t0, 1e-6))))
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            call()
+        sync()
+        samples.append((time.perf_counter() - t0) / number)
+    return samples, number
 
 
 def _flatten(result) -> list[np.ndarray]:

@@ -116,31 +116,12 @@ def torch_call(p: Primitive, weights: dict[str, np.ndarray], x: np.ndarray, devi
     raise ValueError(p.op_type)
 
 
-def time_loop(fn: Callable[[], Any], sync: Callable[[], None], *, repeat: int, warmup: int = 2) -> float:
-    """Median seconds per call: ``autotune run``'s loop (calls per repeat sized to ~50 ms)."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    number = max(1, min(1000, int(0.05 / max(time.perf_counter() - t0, 1e-6))))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - t0) / number)
-    return statistics.median(samples)
-
-
 def bench_one(p: Primitive, *, trials: int, target: str, repeat: int, work: Path, seed: int) -> dict[str, Any]:
     import onnx
     import torch
 
     from autotune import api
-    from autotune.run import onnx_reference
+    from autotune.run import onnx_reference, time_calls
     from history import open_history
 
     model, weights = onnx_model(p)
@@ -178,7 +159,8 @@ def bench_one(p: Primitive, *, trials: int, target: str, repeat: int, work: Path
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with torch.inference_mode():
         got = call().cpu().numpy()
-        row["vendor_us"] = time_loop(call, sync, repeat=repeat) * 1e6
+        samples, _ = time_calls(call, sync, repeat=repeat)  # the loop api.run timed ours with
+        row["vendor_us"] = statistics.median(samples) * 1e6
     row["vendor_correct"] = bool(np.allclose(got, want, rtol=1e-3, atol=1e-4))
     row["vendor_over_tuned"] = row["vendor_us"] / row["tuned_us"]
     row["default_over_tuned"] = row["tvm_default_us"] / row["tuned_us"]
