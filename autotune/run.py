@@ -93,8 +93,9 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
                 raise AutotuneError(f"{source}: input {name} is {array.dtype}, the module takes {dtype}")
             array = array.astype(dtype)
         limit = _index_limit(info)
-        if limit is not None and array.size and not (-limit <= array.min() and array.max() < limit):
-            bad = array.max() if array.max() >= limit else array.min()
+        lo, hi = (array.min(), array.max()) if limit is not None and array.size else (0, 0)
+        if limit is not None and not (-limit <= lo and hi < limit):
+            bad = hi if hi >= limit else lo
             raise AutotuneError(
                 f"{source}: input {name} holds {bad}; it indexes a table of {limit}, so its values must lie in [{-limit}, {limit})"
             )
