@@ -300,9 +300,31 @@ class ReplayMeasurer:
         pass
 
 
+def source_layers(spec: str, size: int):
+    """The layers a ``--source`` entry names: ``MODEL`` (its every tunable layer at the
+    experiment's image size), ``MODEL@SIZE`` (at another size), ``MODEL:INDEX`` or
+    ``MODEL@SIZE:INDEX`` (one of them), so history can hold a target layer's counterpart at another input
+    resolution without the rest of that model. A bad entry ends the benchmark with one
+    line, before anything is measured."""
+    head, sep, idx = spec.partition(":")
+    model, at, side = head.partition("@")
+    if not model or (at and not side.isdigit()) or (sep and not idx.isdigit()):
+        raise SystemExit(f"error: --source {spec!r} is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX (for example resnet50@112:0)")
+    size = int(side) if at else size
+    if not sep:
+        from autotune.errors import AutotuneError
+
+        try:
+            return layers_of(model, size)
+        except AutotuneError as err:
+            raise SystemExit(f"error: {err}") from None
+    return (layer_at(f"{model}:{idx}", size),)
+
+
 def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str], tuner_name: str = "random",
                   batch: int = 8) -> Counter:
-    """Records for the source models' layers, as the transfer evidence.
+    """Records for the source models' layers (``models``: ``--source`` entries, see
+    :func:`source_layers`), as the transfer evidence.
 
     ``random`` gives an unbiased sample per layer; ``xgb`` tunes each source layer (cold
     XGBoost, ``per_layer`` trials) the way an earlier ``autotune tune`` run would have,
@@ -324,7 +346,7 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
     seen = set()
     runs = []
     for model in models:
-        for layer in layers_of(model, size):
+        for layer in source_layers(model, size):
             if layer.workload_key in seen or layer.workload_key in exclude:
                 continue  # a target layer in history would be an exact hit, not transfer
             seen.add(layer.workload_key)
@@ -677,7 +699,8 @@ def plot_results(result: dict, out_dir: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=56, help="image side for the zoo models (default 56)")
-    parser.add_argument("--source", default="resnet50,vgg11", help="models whose layers form the history")
+    parser.add_argument("--source", default="resnet50,vgg11",
+                        help="models whose layers form the history; MODEL@SIZE at another image size, MODEL@SIZE:INDEX one such layer")
     parser.add_argument("--history-trials", type=int, default=48, help="records per history layer")
     parser.add_argument("--history-tuner", default="random", choices=("random", "xgb"),
                         help="how history was made: a random sample, or a cold-XGBoost tuning run per source layer")

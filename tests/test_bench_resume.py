@@ -37,6 +37,7 @@ from bench_history_guided import (  # noqa: E402
     markdown_table,
     pairs_of,
     parse_tuner,
+    source_layers,
 )
 from search import make_tuner  # noqa: E402
 
@@ -258,6 +259,32 @@ def test_one_build_batch_measures_a_config_asked_twice_once():
 def test_a_bad_layer_spec_ends_the_benchmark_with_one_line(spec, says):
     with pytest.raises(SystemExit) as err:
         layer_at(spec, 56)
+    message = str(err.value)
+    assert message.startswith("error: ") and says in message and "\n" not in message
+
+
+def test_a_source_names_a_model_its_layers_at_another_size_or_one_of_them():
+    """History can hold a target's counterpart at another input resolution (run 38)
+    without the rest of that model."""
+    at32 = source_layers("resnet18", 32)
+    assert at32 == layers_of("resnet18", 32)
+    at64 = source_layers("resnet18@64", 32)
+    assert len(at64) == len(at32) and at64[0].workload_key != at32[0].workload_key
+    (stem,) = source_layers("resnet18@64:0", 32)
+    assert stem.workload_key == at64[0].workload_key
+    assert source_layers("resnet18:1", 32)[0].workload_key == at32[1].workload_key
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("resnet18@", "is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX"),
+    ("resnet18@big:0", "is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX"),
+    ("resnet18@64:x", "is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX"),
+    ("resnet18@64:99", "tunable layers at size 64, so no layer 99"),
+    ("nosuchmodel@64", "no zoo model named 'nosuchmodel'"),
+])
+def test_a_bad_source_spec_ends_the_benchmark_with_one_line(spec, says):
+    with pytest.raises(SystemExit) as err:
+        source_layers(spec, 32)
     message = str(err.value)
     assert message.startswith("error: ") and says in message and "\n" not in message
 

@@ -11,7 +11,9 @@ import pytest
 from autotune.cli import main
 from tests.conftest import has_gpu, has_nvcc
 
-SMALL = {"resnet18": 32, "resnet50": 32, "vgg11": 32, "alexnet": 64, "mobilenetv2": 32, "transformer": 16}
+SMALL = {"resnet18": 32, "resnet50": 32, "vgg11": 32, "alexnet": 64, "mobilenetv2": 32, "transformer": 16,
+         # the five reference workloads added on 2026-11-25 (size: image side or sequence length)
+         "dqn": 36, "autoencoder": 16, "speech": 8, "seq2seq": 4, "memnet": 8}
 
 
 @pytest.mark.slow
