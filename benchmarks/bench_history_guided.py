@@ -96,18 +96,24 @@ def layers_of(model: str, size: int):
     return tuple(l for l in decompose.decompose(mod) if l.tunable and l.op_class in ("conv2d", "depthwise_conv2d", "dense"))
 
 
+def model_layers(model: str, size: int):
+    """:func:`layers_of`, or the benchmark ends with one line naming what is wrong (an
+    unknown model, a size it cannot take)."""
+    from autotune.errors import AutotuneError
+
+    try:
+        return layers_of(model, size)
+    except AutotuneError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
 def layer_at(spec: str, size: int):
     """The tunable layer ``MODEL:INDEX`` names (an index into :func:`layers_of`); a bad
     spec ends the benchmark with one line, before anything is measured or written."""
     model, sep, idx = spec.partition(":")
     if not (model and sep and idx.isdigit()):
         raise SystemExit(f"error: {spec!r} is not MODEL:INDEX (for example resnet18:0)")
-    from autotune.errors import AutotuneError
-
-    try:
-        layers = layers_of(model, size)
-    except AutotuneError as err:
-        raise SystemExit(f"error: {err}") from None
+    layers = model_layers(model, size)
     if int(idx) >= len(layers):
         raise SystemExit(f"error: {model} has {len(layers)} tunable layers at size {size}, so no layer {idx}")
     return layers[int(idx)]
@@ -303,22 +309,15 @@ class ReplayMeasurer:
 def source_layers(spec: str, size: int):
     """The layers a ``--source`` entry names: ``MODEL`` (its every tunable layer at the
     experiment's image size), ``MODEL@SIZE`` (at another size), ``MODEL:INDEX`` or
-    ``MODEL@SIZE:INDEX`` (one of them), so history can hold a target layer's counterpart at another input
-    resolution without the rest of that model. A bad entry ends the benchmark with one
-    line, before anything is measured."""
+    ``MODEL@SIZE:INDEX`` (one of them). So history can hold a target layer's counterpart
+    at another input resolution without the rest of that model (run 38)."""
     head, sep, idx = spec.partition(":")
     model, at, side = head.partition("@")
     if not model or (at and not side.isdigit()) or (sep and not idx.isdigit()):
-        raise SystemExit(f"error: --source {spec!r} is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX (for example resnet50@112:0)")
+        raise SystemExit(f"error: --source {spec!r} is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"
+                         " (for example resnet50@112:0)")
     size = int(side) if at else size
-    if not sep:
-        from autotune.errors import AutotuneError
-
-        try:
-            return layers_of(model, size)
-        except AutotuneError as err:
-            raise SystemExit(f"error: {err}") from None
-    return (layer_at(f"{model}:{idx}", size),)
+    return (layer_at(f"{model}:{idx}", size),) if sep else model_layers(model, size)
 
 
 def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str], tuner_name: str = "random",
@@ -341,32 +340,32 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
     from search.tuner import TrialResult
     from templates.meta_schedule_space import MetaScheduleSpace
 
+    layers = [layer for spec in models for layer in source_layers(spec, size)]  # a bad entry: before any write
     store.register_target(target.history_info())
     made_by: Counter = Counter()
     seen = set()
     runs = []
-    for model in models:
-        for layer in source_layers(model, size):
-            if layer.workload_key in seen or layer.workload_key in exclude:
-                continue  # a target layer in history would be an exact hit, not transfer
-            seen.add(layer.workload_key)
-            store.register_workload(layer.workload_info())
-            have = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key) if r.status != "invalid"]
-            made_by.update(r.tuner or "unknown" for r in have)
-            if len(have) >= per_layer:
-                continue
-            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-            tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
-            if have:
-                tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in have])
+    for layer in layers:
+        if layer.workload_key in seen or layer.workload_key in exclude:
+            continue  # a target layer in history would be an exact hit, not transfer
+        seen.add(layer.workload_key)
+        store.register_workload(layer.workload_info())
+        have = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key) if r.status != "invalid"]
+        made_by.update(r.tuner or "unknown" for r in have)
+        if len(have) >= per_layer:
+            continue
+        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+        tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
+        if have:
+            tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in have])
 
-            def write(results, layer=layer, space=space):
-                for res in results:
-                    store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
-                                     samples=[res.latency] if res.latency else [],
-                                     status=res.status if res.status != "ok" or res.latency else "run_error", tuner=tuner_name)
+        def write(results, layer=layer, space=space):
+            for res in results:
+                store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id, config=res.config,
+                                 samples=[res.latency] if res.latency else [],
+                                 status=res.status if res.status != "ok" or res.latency else "run_error", tuner=tuner_name)
 
-            runs.append(Run(tuner, layer.workload_key, space, per_layer - len(have), write))
+        runs.append(Run(tuner, layer.workload_key, space, per_layer - len(have), write))
     if runs:
         log(f"history: {len(runs)} of {len(seen)} layers to complete, side by side ({made_by.total()} records so far)")
         lockstep(runs, cm, batch, lambda rnd, active: log(

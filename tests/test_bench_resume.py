@@ -276,9 +276,9 @@ def test_a_source_names_a_model_its_layers_at_another_size_or_one_of_them():
 
 
 @pytest.mark.parametrize("spec, says", [
-    ("resnet18@", "is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX"),
-    ("resnet18@big:0", "is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX"),
-    ("resnet18@64:x", "is not MODEL, MODEL@SIZE or MODEL@SIZE:INDEX"),
+    ("resnet18@", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
+    ("resnet18@big:0", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
+    ("resnet18@64:x", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
     ("resnet18@64:99", "tunable layers at size 64, so no layer 99"),
     ("nosuchmodel@64", "no zoo model named 'nosuchmodel'"),
 ])
@@ -287,6 +287,16 @@ def test_a_bad_source_spec_ends_the_benchmark_with_one_line(spec, says):
         source_layers(spec, 32)
     message = str(err.value)
     assert message.startswith("error: ") and says in message and "\n" not in message
+
+
+def test_a_bad_source_among_good_ones_writes_nothing_to_history(tmp_path):
+    from history import open_history
+
+    store = open_history(str(tmp_path / "history.db"))
+    with pytest.raises(SystemExit, match="no layer 99"):
+        build_history(store, resolve_target("llvm"), None, ["resnet18", "resnet18@64:99"], 32, 0, seed=0, exclude=set())
+    assert store.workloads() == [] and store.targets() == []
+    store.close()
 
 
 def test_the_result_says_which_tuners_made_the_history(tmp_path):
