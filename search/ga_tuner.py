@@ -22,10 +22,16 @@ history-based tuner:
   rarely has: keeping 4 places for dictionary and uniform draws (``seed_frac=0.875``)
   left MobileNetV2's finals higher (p = 0.006, run 23). Random genes still enter
   through mutation. The population is *measured* best first as a ranker trained on the
-  kept priors predicts for this layer (``measure_order="model"``,
-  :class:`search.warm_start.HistoryRanker`; ``"turns"`` keeps warm-start order):
-  the same 32 measurements, good ones sooner, which matters most when a layer's budget
-  is smaller than one population;
+  kept priors predicts for this layer (:class:`search.warm_start.HistoryRanker`), each
+  source's best first (``measure_order="hedged"``, the default since run 40; ``"model"``
+  the ranker's order alone, ``"turns"`` warm-start order): the same 32 measurements,
+  good ones sooner, which matters most when a layer's budget is smaller than one
+  population. One source per turn at the head, because the ranker can overrate one: a
+  layer's own counterpart at 112x112 filled five of MobileNetV2's first six trials with
+  58 to 111 us configs (best known 4.15 us, run 38b). In exact replays of five
+  experiments on three CPUs (run 40) the hedge reached the plain GA's final sooner or
+  as soon on every layer (conv2d4: trial 2 instead of 5 to 9), and cold XGBoost's later
+  on one, conv2d7 (trial 9 or 10 instead of 5 or 6, on two CPUs);
 * an *elite-gene dictionary* -- per knob, a probability over candidates, built from the
   elite individuals of the current population and the elite records of each prior
   workload, each weighted by normalized performance and parallelism (threads per block:
@@ -328,16 +334,18 @@ class GuidedGATuner(GATuner):
         rank_sources: bool = False,
         min_ranked: int = 8,
         immigrant_frac: float = 0.125,
-        measure_order: str = "model",
+        measure_order: str = "hedged",
         similarity_threshold: float = SIMILARITY_FLOOR,
         seed_frac: float = 1.0,
         elite_frac: float = 0.25,
         p_elite: float = 0.7,
         prior_weight: float = 1.0,
         screen: int = 4,
+        hedge_cap: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        self.hedge_cap = int(hedge_cap)
         if int(screen) < 1:
             raise ValueError(f"screen must be 1 or more children bred per place, not {screen!r}")
         self.screen = int(screen)
@@ -348,8 +356,8 @@ class GuidedGATuner(GATuner):
         self.elite_frac = elite_frac
         self.p_elite = p_elite
         self.prior_weight = prior_weight
-        if measure_order not in ("model", "turns"):
-            raise ValueError(f"measure_order must be 'model' or 'turns', not {measure_order!r}")
+        if measure_order not in ("model", "turns", "hedged"):
+            raise ValueError(f"measure_order must be 'model', 'turns' or 'hedged', not {measure_order!r}")
         self.measure_order = measure_order
         self._kept_before_results: tuple[np.ndarray, np.ndarray] | None = None
         self.rank_sources = rank_sources
@@ -436,13 +444,27 @@ class GuidedGATuner(GATuner):
 
     def _measure_first(self, pop: list[Any]) -> list[Any]:
         """The first population, best first as a ranker trained on the kept priors
-        predicts for this layer (:class:`search.warm_start.HistoryRanker`); with
-        ``measure_order="turns"``, in warm-start order. Only the order changes: the
-        population, and so every later generation, is the same either way."""
-        if self.measure_order != "model" or not self.priors or not pop:
+        predicts for this layer (:class:`search.warm_start.HistoryRanker`), each
+        source's best ahead of any source's second (``"hedged"``); the ranker's order
+        alone (``"model"``), or warm-start order (``"turns"``). Only the order changes:
+        the population, and so every later generation, is the same either way."""
+        if self.measure_order == "turns" or not self.priors or not pop:
             return list(pop)
-        order = self._history_ranker().order(np.array([tuple(ind) for ind in pop], dtype=np.int64))
+        keys = [tuple(ind) for ind in pop]
+        order = self._history_ranker().order(np.array(keys, dtype=np.int64))
+        if self.measure_order == "hedged":
+            order = per_source_first(order, self._sources_of(keys), self.hedge_cap)
         return [pop[i] for i in order]
+
+    def _sources_of(self, keys: Sequence[Key]) -> list[int]:
+        """The source workload each key was seeded from (its most similar kept source
+        that maps a config onto it, best record first); -1 for the dictionary's and
+        uniform draws."""
+        idx, sims = self._kept_priors(())
+        source: dict[Key, int] = {}
+        for row in idx[np.lexsort((-self._prior_perf[idx], -sims))]:
+            source.setdefault(self._prior_mapped[row], int(self._prior_group[row]))
+        return [source.get(k, -1) for k in keys]
 
     def _history_ranker(self) -> HistoryRanker:
         """The ranker of history alone (the priors kept before any result), fitted once."""
@@ -594,3 +616,15 @@ class GuidedGATuner(GATuner):
             a[g] = ga if self.rng.random() < odds else gb
             b[g] = ga if self.rng.random() < odds else gb
         return a, b
+
+
+def per_source_first(order: Sequence[int], sources: Sequence[int], cap: int = 1) -> list[int]:
+    """``order`` (positions, best first) with each source's best ``cap`` placed first,
+    in the order given, then the rest as ordered: one source the ranker overrates
+    cannot fill the first trials."""
+    first, rest, count = [], [], {}
+    for i in order:
+        n = count.get(sources[i], 0)
+        (first if n < cap else rest).append(int(i))
+        count[sources[i]] = n + 1
+    return first + rest

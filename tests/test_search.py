@@ -29,7 +29,7 @@ from search.features import (
     encoder_for,
     map_config,
 )
-from search.ga_tuner import GATuner, GuidedGATuner
+from search.ga_tuner import GATuner, GuidedGATuner, per_source_first
 from search.replay import ReplayBench, run_tuner, trials_to_within
 from search.similarity import (
     contradicting_workloads,
@@ -607,7 +607,7 @@ def test_gga_measure_order_changes_only_the_order():
     space, priors = _two_source_history()
     bench = SynthBench(space)
     asked = {}
-    for order in ("turns", "model"):
+    for order in ("turns", "model", "hedged"):
         tuner = GuidedGATuner(space, seed=3, priors=priors, layer_features=space.layer_features, measure_order=order)
         gens = []
         for _ in range(3):
@@ -616,10 +616,31 @@ def test_gga_measure_order_changes_only_the_order():
             gens.append([config_to_json(c) for c in cfgs])
         asked[order] = gens
     assert asked["model"][0] != asked["turns"][0]
-    assert sorted(asked["model"][0]) == sorted(asked["turns"][0])
-    assert asked["model"][1:] == asked["turns"][1:]
+    assert sorted(asked["model"][0]) == sorted(asked["turns"][0]) == sorted(asked["hedged"][0])
+    assert asked["model"][1:] == asked["turns"][1:] == asked["hedged"][1:]
     with pytest.raises(ValueError, match="measure_order"):
         GuidedGATuner(space, priors=priors, measure_order="best")
+
+
+def test_each_sources_best_first_keeps_the_order_within_and_after():
+    #        positions 0..5 best first; sources a a b a c b
+    order, sources = [0, 1, 2, 3, 4, 5], ["a", "a", "b", "a", "c", "b"]
+    assert per_source_first(order, sources) == [0, 2, 4, 1, 3, 5]
+    assert per_source_first(order, sources, cap=2) == [0, 1, 2, 4, 5, 3]
+    assert per_source_first([3, 0, 2], ["a", "a", "b", "a"]) == [3, 2, 0]
+
+
+def test_gga_hedged_order_takes_one_config_of_each_source_first():
+    """A source the ranker overrates (a layer's counterpart at another resolution, run
+    38b) cannot fill the first trials: the first measured configs come one per source."""
+    space, priors = _two_source_history()
+    tuner = GuidedGATuner(space, seed=0, priors=priors, layer_features=space.layer_features, measure_order="hedged")
+    first = [tuple(space.to_indices(c)) for c in tuner.ask(tuner.pop_size)]
+    sources = tuner._sources_of(first)
+    seeded = [s for s in sources if s >= 0]  # -1: dictionary and uniform draws
+    assert len(set(seeded)) == 2 and seeded[0] != seeded[1]  # both sources before either repeats
+    model = GuidedGATuner(space, seed=0, priors=priors, layer_features=space.layer_features)
+    assert sorted(first) == sorted(tuple(space.to_indices(c)) for c in model.ask(model.pop_size))
 
 
 def _batches(tuner, bench, n: int) -> list[list[float]]:
