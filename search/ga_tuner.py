@@ -345,6 +345,8 @@ class GuidedGATuner(GATuner):
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        if int(hedge_cap) < 1:
+            raise ValueError(f"hedge_cap must be 1 or more configs per source, not {hedge_cap!r}")
         self.hedge_cap = int(hedge_cap)
         if int(screen) < 1:
             raise ValueError(f"screen must be 1 or more children bred per place, not {screen!r}")

@@ -251,14 +251,19 @@ def test_one_build_batch_measures_a_config_asked_twice_once():
     assert first[1].latency == second[0].latency
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("resnet18", "is not MODEL:INDEX"),
-    ("resnet18:first", "is not MODEL:INDEX"),
-    ("nosuchmodel:0", "no zoo model named 'nosuchmodel'"),
+@pytest.mark.parametrize("resolve, spec, says", [
+    (layer_at, "resnet18", "is not MODEL:INDEX"),
+    (layer_at, "resnet18:first", "is not MODEL:INDEX"),
+    (layer_at, "nosuchmodel:0", "no zoo model named 'nosuchmodel'"),
+    (source_layers, "resnet18@", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
+    (source_layers, "resnet18@big:0", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
+    (source_layers, "resnet18@64:x", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
+    (source_layers, "resnet18@64:99", "tunable layers at size 64, so no layer 99"),
+    (source_layers, "nosuchmodel@64", "no zoo model named 'nosuchmodel'"),
 ])
-def test_a_bad_layer_spec_ends_the_benchmark_with_one_line(spec, says):
+def test_a_bad_layer_or_source_spec_ends_the_benchmark_with_one_line(resolve, spec, says):
     with pytest.raises(SystemExit) as err:
-        layer_at(spec, 56)
+        resolve(spec, 56)
     message = str(err.value)
     assert message.startswith("error: ") and says in message and "\n" not in message
 
@@ -273,20 +278,6 @@ def test_a_source_names_a_model_its_layers_at_another_size_or_one_of_them():
     (stem,) = source_layers("resnet18@64:0", 32)
     assert stem.workload_key == at64[0].workload_key
     assert source_layers("resnet18:1", 32)[0].workload_key == at32[1].workload_key
-
-
-@pytest.mark.parametrize("spec, says", [
-    ("resnet18@", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
-    ("resnet18@big:0", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
-    ("resnet18@64:x", "is not MODEL, MODEL@SIZE, MODEL:INDEX or MODEL@SIZE:INDEX"),
-    ("resnet18@64:99", "tunable layers at size 64, so no layer 99"),
-    ("nosuchmodel@64", "no zoo model named 'nosuchmodel'"),
-])
-def test_a_bad_source_spec_ends_the_benchmark_with_one_line(spec, says):
-    with pytest.raises(SystemExit) as err:
-        source_layers(spec, 32)
-    message = str(err.value)
-    assert message.startswith("error: ") and says in message and "\n" not in message
 
 
 def test_a_bad_source_among_good_ones_writes_nothing_to_history(tmp_path):

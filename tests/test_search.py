@@ -620,6 +620,8 @@ def test_gga_measure_order_changes_only_the_order():
     assert asked["model"][1:] == asked["turns"][1:] == asked["hedged"][1:]
     with pytest.raises(ValueError, match="measure_order"):
         GuidedGATuner(space, priors=priors, measure_order="best")
+    with pytest.raises(ValueError, match="hedge_cap"):
+        GuidedGATuner(space, priors=priors, hedge_cap=0)
 
 
 def test_each_sources_best_first_keeps_the_order_within_and_after():
