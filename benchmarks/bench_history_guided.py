@@ -699,7 +699,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=56, help="image side for the zoo models (default 56)")
     parser.add_argument("--source", default="resnet50,vgg11",
-                        help="models whose layers form the history; MODEL@SIZE at another image size, MODEL@SIZE:INDEX one such layer")
+                        help="models whose layers form the history; MODEL@SIZE at another image size, MODEL[@SIZE]:INDEX one layer")
     parser.add_argument("--history-trials", type=int, default=48, help="records per history layer")
     parser.add_argument("--history-tuner", default="random", choices=("random", "xgb"),
                         help="how history was made: a random sample, or a cold-XGBoost tuning run per source layer")

@@ -280,6 +280,21 @@ def test_a_source_names_a_model_its_layers_at_another_size_or_one_of_them():
     assert source_layers("resnet18:1", 32)[0].workload_key == at32[1].workload_key
 
 
+@pytest.mark.parametrize("text, says", [
+    ('[{"name": "x", "config": {}}]', "every entry needs name, layer and config; one lacks 'layer'"),
+    ("not json", "Expecting value"),
+])
+def test_a_bad_probe_file_ends_with_one_line_before_measuring(tmp_path, monkeypatch, text, says):
+    import measure_configs
+
+    bad = tmp_path / "probe.json"
+    bad.write_text(text)
+    monkeypatch.setattr(sys, "argv", ["measure_configs.py", str(bad)])
+    with pytest.raises(SystemExit) as err:
+        measure_configs.main()
+    assert str(err.value).startswith(f"error: {bad}: ") and says in str(err.value) and "\n" not in str(err.value)
+
+
 def test_a_bad_source_among_good_ones_writes_nothing_to_history(tmp_path):
     from history import open_history
 
