@@ -1,6 +1,6 @@
-"""Measure named configs on named layers: the probes behind a notebook entry (run 38b:
-why a counterpart's winners run slowly on MobileNetV2's conv2d5), kept as a file of
-configs so the figures can be made again.
+"""Measure named configs on named layers: the probes behind notebook entries (run 38b:
+why a counterpart's winners run slowly on MobileNetV2's conv2d5; run 41: serial twins of
+history's configs there), kept as files of configs so the figures can be made again.
 
 The file is a JSON list of ``{"name": ..., "layer": "MODEL[@SIZE]:INDEX", "config":
 {...}}``; layers are the history-guided benchmark's (batch norm separate), configs are
