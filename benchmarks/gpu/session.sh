@@ -41,6 +41,18 @@
 # (the unfinished layers first; the finished three replay from the file at the end, at no
 # device cost). Keep the same set of --targets: target layers are kept out of history, and
 # another set changes the history, hence the guided tuners' curves.
+# History depth first (run 43b, benchmarks/HISTORY_GUIDED.md: on LLVM a 32-deep history
+# is worse than none at 100 trials, with the same neighbours as a 256-deep one that gives
+# 32x to 94x). In the H100 history the six targets' nearest neighbours are ResNet-50's
+# conv2d7 (first conv, conv2d1, conv2d3, conv2d4), conv2d13 (conv2d7) and conv2d2
+# (MobileNetV2), each 64 trials deep. Deepen them to 256 (576 measurements, about 3
+# minutes at the fourth session's 0.31 s) by adding to the command above
+#   --source resnet50:7,resnet50:13,resnet50:2 --history-trials 256
+# (in place of `--source resnet50 --history-trials 1`; the other layers stay in the
+# database as they are). That changes every guided curve, so all six layers' guided runs
+# are measured again (on LLVM about 2,800 new measurements for 5 seeds, some 15 minutes
+# here), while the baselines' curves answer from the file: two sessions with conv2d1,
+# conv2d3 and conv2d4's baselines.
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
