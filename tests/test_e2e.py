@@ -346,6 +346,9 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     assert (first_n, twin_n) == (4, 1) and {first_name, twin_name} == set(layers)
     twin = layers[twin_name]
     assert twin["match_score"] >= 0.8 and twin["dispatch"] == "guided" and twin["tuner"] == "gga"
+    # its history: the first conv alone, as deep as that conv's 4-trial chunk went
+    assert twin["history_records"]["sources"] == 1
+    assert 1 <= twin["history_records"]["per_source_min"] == twin["history_records"]["per_source_median"] <= first_n
     assert twin["curve"][0][1] < twin["default_latency"] / 2 and twin["probe"] is True
     assert sum(layer["trials"] for layer in report["layers"]) == 6
 
@@ -357,11 +360,14 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     with open_history(str(tmp_path / "h0.db"), readonly=True) as store:
         before = [r for r in store.records(workload_key=twin["workload_key"]) if r.tuner == "gga"]
     capsys.readouterr()
-    assert main([
+    assert main([  # with its progress events this time
         "tune", str(model), "--target", "llvm", "--trials", "4", "--history", str(tmp_path / "h0.db"),
-        "--no-mlflow", "--quiet", "--json", "--no-model-latency", "--out-dir", str(tmp_path / "again"),
+        "--no-mlflow", "--json", "--no-model-latency", "--out-dir", str(tmp_path / "again"),
     ]) == 0
-    again = {layer["name"]: layer for layer in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["layers"]}
+    events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    again = {layer["name"]: layer for layer in events[-1]["layers"]}
+    # a history of a few trials a layer is called shallow where the twin starts (run 43b)
+    assert any(e["event"] == "message" and e["text"].startswith(f"{twin_name}: history is shallow") for e in events)
     assert again[first_name]["dispatch"] == "exact" and again[first_name]["trials"] == 0
     assert again[twin_name]["dispatch"] == "guided" and again[twin_name]["trials"] == 4
     assert again[twin_name]["resumed"] == len([r for r in before if r.status != "invalid"]) and again[first_name]["resumed"] == 0
