@@ -385,12 +385,12 @@ class TuneSession:
         """The tuner ``decision`` names, with the priors of match ``m``, told every config of
         the layer measured so far (by earlier runs, or this one): none is measured again."""
         from search import make_tuner
-        from search.tuner import TrialResult
+        from search.tuner import TrialResult, is_shallow, source_depth
 
         priors = priors_from_match(self.store, m, space=space, lanes=float_lanes(self.target.kind, self.target.arch))
-        depth = history_depth(priors)
+        depth = source_depth(priors)
         out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors), **depth}
-        if depth["sources"] and depth["per_source_median"] < SHALLOW_SOURCE_RECORDS and decision.tuner in ("gga", "tl_xgb"):
+        if is_shallow(depth) and decision.tuner in ("gga", "tl_xgb"):
             self.reporter.message(
                 f"{layer.name}: history is shallow, {depth['sources']} similar layers with a median of "
                 f"{depth['per_source_median']:g} measured configs each; {decision.tuner} may settle near their "
@@ -648,34 +648,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-#: Below this median of measured configs per source layer, a layer's history is called
-#: shallow in its report and progress. Measured on the `znver5` (benchmarks/HISTORY_GUIDED.md,
-#: run 43b): the same neighbours at 32 configs each instead of 256 left both guided tuners
-#: near history's unconverged winners, ending higher than cold XGBoost on four of six
-#: layers at 100 trials; on the H100, with a history 64 deep, their head start was gone by
-#: 100 trials (0.8x and 1.5x). Nothing between 64 and 256 has been measured here: 128 is a
-#: line between what was, not a tuned value.
-SHALLOW_SOURCE_RECORDS = 128
-
-
-def history_depth(priors) -> dict[str, Any]:
-    """How deep the history behind a layer's transfer goes: its source layers and the
-    measured configs each holds (median, fewest). The match score weighs how alike the
-    layers are, not how far their search went, so the report says it separately."""
-    from statistics import median
-
-    per_source: dict[str, int] = {}
-    for p in priors:
-        if p.config:  # TVM's default schedule, timed for the report, was no search (config {})
-            per_source[p.workload_key] = per_source.get(p.workload_key, 0) + 1
-    counts = sorted(per_source.values())
-    return {
-        "sources": len(counts),
-        "per_source_median": float(median(counts)) if counts else 0.0,
-        "per_source_min": counts[0] if counts else 0,
-    }
 
 
 def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: int | None = None) -> list:

@@ -57,6 +57,38 @@ class PriorRecord:
     restated: bool = False
 
 
+#: Below this median of searched configs per source layer, history is shallow: its
+#: sources' winners are unconverged. Measured on the `znver5` (benchmarks/HISTORY_GUIDED.md,
+#: run 43b): the same neighbours at 32 configs each instead of 256 left both guided tuners
+#: near history's winners, ending higher than cold XGBoost on four of six layers at 100
+#: trials; on the H100, with a history 64 deep, their head start was gone by 100 trials
+#: (0.8x and 1.5x). Nothing between 64 and 256 has been measured: 128 is a line between
+#: what was, not a tuned value.
+SHALLOW_SOURCE_RECORDS = 128
+
+
+def source_depth(priors: Sequence[PriorRecord]) -> dict[str, Any]:
+    """How deep the history behind a transfer goes: its source layers and the searched
+    configs each holds (median, fewest). The match score weighs how alike layers are,
+    not how far their search went. TVM's default schedule, timed for reports, is no
+    search (its config is empty) and is not counted."""
+    per_source: dict[str, int] = {}
+    for p in priors:
+        if p.config:
+            per_source[p.workload_key] = per_source.get(p.workload_key, 0) + 1
+    counts = sorted(per_source.values())
+    return {
+        "sources": len(counts),
+        "per_source_median": float(np.median(counts)) if counts else 0.0,
+        "per_source_min": counts[0] if counts else 0,
+    }
+
+
+def is_shallow(depth: Mapping[str, Any]) -> bool:
+    """History there is, and its sources hold a median under SHALLOW_SOURCE_RECORDS."""
+    return bool(depth["sources"]) and depth["per_source_median"] < SHALLOW_SOURCE_RECORDS
+
+
 def prior_groups(priors: Sequence[PriorRecord]) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(workload id of each record, workload key of each id, normalized performance of
     each record). Transfer compares configs only within a workload, so performance is

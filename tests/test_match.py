@@ -161,7 +161,8 @@ def test_history_depth_counts_each_source_layers_records(store):
     """The report says how deep a layer's history goes, which the match score does not:
     two source layers holding 1 and 3 measured configs give a median of 2, fewest 1, and
     a median under SHALLOW_SOURCE_RECORDS is what the progress calls shallow (run 43b)."""
-    from autotune.tune import SHALLOW_SOURCE_RECORDS, history_depth, priors_from_match
+    from autotune.tune import priors_from_match
+    from search.tuner import SHALLOW_SOURCE_RECORDS, is_shallow, source_depth
 
     w, near, far = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0]), _wl("f", "if", [1.0, 9.0])
     for wl in (w, near, far):
@@ -169,10 +170,11 @@ def test_history_depth_counts_each_source_layers_records(store):
     _ok(store, "f", CPU, 1e-3)
     for lat in (1e-3, 2e-3, 3e-3):
         _ok(store, "n", CPU, lat)
-    depth = history_depth(priors_from_match(store, match(store, w, CPU.key)))
+    depth = source_depth(priors_from_match(store, match(store, w, CPU.key)))
     assert depth == {"sources": 2, "per_source_median": 2.0, "per_source_min": 1}
-    assert depth["per_source_median"] < SHALLOW_SOURCE_RECORDS
-    assert history_depth([]) == {"sources": 0, "per_source_median": 0.0, "per_source_min": 0}
+    assert depth["per_source_median"] < SHALLOW_SOURCE_RECORDS and is_shallow(depth)
+    empty = source_depth([])
+    assert empty == {"sources": 0, "per_source_median": 0.0, "per_source_min": 0} and not is_shallow(empty)
 
 
 def test_same_layer_other_batch_counts_as_near_exact(store):

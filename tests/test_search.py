@@ -783,6 +783,32 @@ def test_tl_xgb_history_share_measures_the_guided_gas_first_population_in_its_or
         make_tuner("tl_xgb", target, priors=similar_priors, history_share=1.5)
 
 
+def test_tl_xgb_local_share_moves_one_knob_off_the_best_measured(target, similar_priors):
+    """With ``local_share`` (off by default; run 45), after the warm start each model batch
+    opens with configs one knob away from the best measured so far, never measured
+    before; without it the tuner is unchanged."""
+    bench = SynthBench(target)
+    opts = dict(seed=0, priors=similar_priors, layer_features=target.layer_features, epsilon=0.0, history_share=0.0)
+    tuner = make_tuner("tl_xgb", target, local_share=0.5, **opts)
+    plain = make_tuner("tl_xgb", target, **opts)
+    first = tuner.ask(8)
+    assert [config_to_json(c) for c in first] == [config_to_json(c) for c in plain.ask(8)]
+    results = bench.measure(first)
+    tuner.tell(results)
+    seen = {config_to_json(c) for c in first}
+    for _ in range(3):
+        ok = [r for r in tuner.state.results if r.ok]
+        best = target.to_indices(min(ok, key=lambda r: r.latency).config)
+        cfgs = tuner.ask(8)
+        for cfg in cfgs[:4]:  # half of the batch
+            idx = target.to_indices(cfg)
+            assert sum(a != b for a, b in zip(idx, best)) == 1 and config_to_json(cfg) not in seen
+        seen |= {config_to_json(c) for c in cfgs}
+        tuner.tell(bench.measure(cfgs))
+    with pytest.raises(ValueError, match="local_share"):
+        make_tuner("tl_xgb", target, priors=similar_priors, local_share=-0.1)
+
+
 # --------------------------------------------------------------------------------------
 # search quality on the synthetic problem (median trials-to-5% over 5 seeds)
 # --------------------------------------------------------------------------------------

@@ -52,7 +52,8 @@
 # database as they are). That changes every guided curve, so all six layers' guided runs
 # are measured again (on LLVM about 2,800 new measurements for 5 seeds, some 15 minutes
 # here), while the baselines' curves answer from the file: two sessions with conv2d1,
-# conv2d3 and conv2d4's baselines.
+# conv2d3 and conv2d4's baselines. On the 64-deep history as it is, run 45's option
+# (`tl_xgb:local_share=0.5` in --tuners) is the screen to add.
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
