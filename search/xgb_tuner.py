@@ -39,9 +39,9 @@ best children of the layer's best measured configs, the locality the guided GA's
 screening has (run 30, a replay screen: conv2d7 no sooner, MobileNetV2 later).
 ``local_share`` (off by default) opens each model batch with that share of configs one
 knob away from the best measured one, in random order: on a history only 32 trials deep
-it took conv2d7 off a 300 us plateau history's winners sit on (182.8 us against 297.9 in
-the median of five seeds) and helped MobileNetV2, but ended conv2d4 higher than cold
-XGBoost (run 45): not the default.
+it took conv2d7 off a 300 us plateau history's winners sit on (235.9 us against 298.0 in
+the median of ten seeds) and ended MobileNetV2 lower than cold XGBoost, at some cost on
+conv2d4 (run 45); deep history has not been measured with it, so it is not the default.
 """
 
 from __future__ import annotations
