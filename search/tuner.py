@@ -8,6 +8,7 @@ or by replayed records alike (see ``search.replay``), which is how tuners are co
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -72,11 +73,7 @@ def source_depth(priors: Sequence[PriorRecord]) -> dict[str, Any]:
     configs each holds (median, fewest). The match score weighs how alike layers are,
     not how far their search went. TVM's default schedule, timed for reports, is no
     search (its config is empty) and is not counted."""
-    per_source: dict[str, int] = {}
-    for p in priors:
-        if p.config:
-            per_source[p.workload_key] = per_source.get(p.workload_key, 0) + 1
-    counts = sorted(per_source.values())
+    counts = sorted(Counter(p.workload_key for p in priors if p.config).values())
     return {
         "sources": len(counts),
         "per_source_median": float(np.median(counts)) if counts else 0.0,

@@ -344,10 +344,8 @@ class XGBTuner(Tuner):
 
     def _incumbent_moves(self) -> list[tuple[int, ...]]:
         """Every config one knob away from the best measured one, shuffled."""
-        ok = [r for r in self.state.results if r.ok]
-        if not ok:
-            return []
-        best = self.encoder.map_indices(min(ok, key=lambda r: r.latency).config)
+        incumbent = self.best
+        best = None if incumbent is None else self.encoder.map_indices(incumbent.config)
         if best is None:
             return []
         moves = [best[:k] + (v,) + best[k + 1:] for k in self._mutable.tolist() for v in range(int(self._sizes[k])) if v != best[k]]
