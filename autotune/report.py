@@ -46,6 +46,7 @@ COLUMNS = [
     "probe",
     "resumed",
     "rematched",
+    "handed_over",
     "best_latency_ms",
     "default_latency_ms",
     "speedup",
@@ -145,6 +146,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "probe": bool(layer.get("probe")),  # a one-trial first chunk (history covers it closely)
                 "resumed": int(layer.get("resumed") or 0),  # configs earlier runs measured of it
                 "rematched": _rematched(layer.get("rematched")),  # dispatched cold, matched again mid-tune
+                "handed_over": _handed_over(layer.get("handed_over")),  # the guided GA gave a shallow history's layer on
                 "best_latency_ms": None if best is None else best * 1e3,
                 "default_latency_ms": None if default is None else default * 1e3,
                 "speedup": speedup,
@@ -178,13 +180,21 @@ def _rematched(info: Any) -> str | None:
     return f"{info['from']} for {info.get('at_trial')}"
 
 
+def _handed_over(info: Any) -> str | None:
+    """``"tl_xgb after 32"``: the tuner that took a layer over, and after how many configs."""
+    if not isinstance(info, Mapping) or "to" not in info:
+        return None
+    return f"{info['to']} after {info.get('after_configs')}"
+
+
 def _fmt_tuner(row: Mapping[str, Any]) -> str:
     """The tuner and why; a layer the budget did not reach says so rather than name the
     tuner it would have had."""
     if budget_ran_out(row):
         return "- (no budget left)"
     resumed = f"resumed at {row['resumed']}" if row.get("resumed") else None
-    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None, resumed, row.get("rematched")) if w)
+    handed = f"then {row['handed_over']}" if row.get("handed_over") else None
+    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None, resumed, row.get("rematched"), handed) if w)
     return str(row["tuner"] or "-") + (f" ({why})" if why else "")
 
 

@@ -500,11 +500,13 @@ def _layer_metrics(tracker: Tracker, layer: Mapping[str, Any], replay_curve: boo
         }
     )
     rematched = layer.get("rematched") or {}
+    handed = layer.get("handed_over") or {}
     tracker.set_tags({
         "match_score": layer.get("match_score"), "dispatch": layer.get("dispatch"),
         # params cannot change: a layer matched again mid-tune names its last tuner here
-        "tuner_at_end": layer.get("tuner") if rematched else None,
+        "tuner_at_end": handed.get("to") or (layer.get("tuner") if rematched else None),
         "rematched_at_trial": rematched.get("at_trial"),
+        "handed_over_after_configs": handed.get("after_configs"),
     })
     if replay_curve:
         for point in layer.get("curve") or []:

@@ -395,6 +395,7 @@ class TuneSession:
                 f"{layer.name}: history is shallow, {depth['sources']} similar layers with a median of "
                 f"{depth['per_source_median']:g} measured configs each; {decision.tuner} may settle near their "
                 "unconverged winners (tuning those layers longer deepens it)"
+                + ("; gga hands the layer to tl_xgb after its first population" if decision.tuner == "gga" else "")
             )
         tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())
         earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
@@ -455,6 +456,7 @@ class TuneSession:
                     self.tracker.log_trial(step, run.best, layer.flops, layer=layer.name)
             self.reporter.trial(layer.name, len(out["curve"]), run.best)
         out["trials"] = len(out["curve"])
+        self._note_handover(run)
         self._measured_by_class[layer.op_class] = self._measured_by_class.get(layer.op_class, 0) + done
         run.invalid += invalid
         # What the layer's cost model learned weighs the next layer's match at once: with
@@ -463,6 +465,20 @@ class TuneSession:
         if done < trials:
             progress.exhausted = True
         return done
+
+    def _note_handover(self, run: "_LayerTuning") -> None:
+        """Say once when the guided GA has handed a shallow history's layer to transfer
+        XGBoost (search.ga_tuner.GuidedGATuner.handover): the report keeps the tuner
+        dispatch chose and adds which took over, and after how many configs."""
+        at = getattr(run.tuner, "handed_over_at", None)
+        if at is None or "handed_over" in run.out:
+            return
+        to = run.tuner.successor.name
+        run.out["handed_over"] = {"to": to, "after_configs": at}
+        self.reporter.message(
+            f"{run.layer.name}: {run.tuner_name} handed the layer to {to} after {at} measured configs "
+            "(its first population, from history): history is shallow"
+        )
 
     def _close_layer(self, run: "_LayerTuning") -> dict[str, Any]:
         """The layer gets no more trials: learn from its tuner, verify its winner, report."""
@@ -657,7 +673,10 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
     other hardware is its own group (its key names the target too), and its records
     carry the match's weight for other hardware. Given the tuned layer's ``space`` and
     the tuned CPU's float ``lanes``, a record from a CPU of another vector width is
-    restated for this one (:mod:`templates.vector_width`)."""
+    restated for this one (:mod:`templates.vector_width`). TVM's default schedule, which
+    ``tune`` times and keeps with an empty config, is left out: it has no knob values,
+    and as the fastest record of a shortly searched layer it would set the yardstick
+    that layer's configs are normalized by."""
     from history import split_target_key
     from search.tuner import PriorRecord
     from templates.vector_width import restate_vector_width, vector_axis_knobs
@@ -670,6 +689,8 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
         from_lanes = None if nb.same_target or not vector_knobs else float_lanes(kind, arch)
         for rec in store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=per_workload):
             config = rec.config
+            if not config:
+                continue
             if from_lanes and from_lanes != lanes:
                 config = restate_vector_width(config, vector_knobs, from_lanes, lanes)
             priors.append(PriorRecord(config, rec.latency_median, nb.similarity, tuple(nb.workload.features), group,

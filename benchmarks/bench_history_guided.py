@@ -723,7 +723,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--measurements", help="JSON-lines file of every measurement: read first, appended to, so a run cut short resumes")
     parser.add_argument("--replay", metavar="FILE",
-                        help="answer every measurement from this measurement file (no hardware; the history must exist)")
+                        help="answer every measurement from this measurement file (no hardware); an existing --history-db is "
+                             "used as it is, a new one is built from the file as the recorded run built it")
     parser.add_argument("--replay-target", help="which target's lines to replay (default: the file's only one)")
     parser.add_argument("--out")
     parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
@@ -744,6 +745,7 @@ def main() -> int:
 
     from autotune.target import resolve_target
     from history import open_history, split_target_key
+    from search.tuner import source_depth
     from templates.meta_schedule_space import MetaScheduleSpace
 
     t_start = time.perf_counter()
@@ -751,8 +753,9 @@ def main() -> int:
     if args.replay:
         if not os.path.isfile(args.replay):
             raise SystemExit(f"--replay: no measurement file at {args.replay}")
-        if not (args.history_db and os.path.exists(args.history_db)):
-            raise SystemExit("--replay needs the history it ran with: --history-db of an existing database")
+        if not args.history_db:
+            raise SystemExit("--replay needs the history it ran with: --history-db of an existing database, "
+                             "or of a new one to build from the file with the run's --source and --history-trials")
         keys = ReplayMeasurer.targets_in(args.replay)
         replay_key = args.replay_target or (keys[0] if len(keys) == 1 else None)
         if replay_key not in keys:
@@ -776,10 +779,13 @@ def main() -> int:
     kept_out = [*args.targets.split(","), *filter(None, (args.exclude or "").split(","))]
     exclude = {layer_at(spec, args.size).workload_key for spec in kept_out}
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
+    fresh_db = not os.path.exists(db)
     store = open_history(db)
-    # An earlier run's history is the same evidence: only what it lacks is measured.
-    # A replay never adds to history: it only counts what the recorded run had.
-    made_by = build_history(store, target, cm, args.source.split(","), args.size, 0 if args.replay else args.history_trials,
+    # An earlier run's history is the same evidence: only what it lacks is measured. A
+    # replay adds nothing to an existing history; a new one it builds from the file, as
+    # the recorded run built it (answers the file lacks are counted as approximated).
+    history_trials = args.history_trials if (fresh_db or not args.replay) else 0
+    made_by = build_history(store, target, cm, args.source.split(","), args.size, history_trials,
                             seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
     n_hist = made_by.total()
     t_hist = time.perf_counter() - t_start
@@ -834,7 +840,8 @@ def main() -> int:
                                 for seed in range(args.seeds)] for t in tuners}
         best_known = cm.best(layer.workload_key)
         row = {"layer": f"{model}:{layer.name}", "op_class": layer.op_class, "shapes": layer.inputs + layer.weights,
-               "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors), "best_known_s": best_known, "tuners": {}}
+               "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors),
+               "history_depth": source_depth(priors), "best_known_s": best_known, "tuners": {}}
         for t in tuners:
             finals = final_latencies(curves[t])
             entry = {"median_final_latency_s": statistics.median(finals) if finals else None,
@@ -848,6 +855,9 @@ def main() -> int:
                 entry[f"median_trials_to_{int(tol * 100)}pct"] = statistics.median(capped)
             if args.replay:
                 entry["approximated"] = approximated[t]  # per seed: answers not in the file
+            handed = [getattr(runs[t, seed].tuner, "handed_over_at", None) for seed in range(args.seeds)]
+            if any(h is not None for h in handed):
+                entry["handed_over_at"] = handed  # per seed: configs measured when transfer XGBoost took over
             row["tuners"][t] = entry
         if args.replay:
             log(f"{model}:{layer.name} answers approximated per tuner ({args.seeds} seeds): "

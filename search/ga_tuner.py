@@ -55,6 +55,16 @@ on conv2d1 and MobileNetV2 (p = 0.0023, 0.012; MobileNetV2's median 16.4 to 14.7
 cold XGBoost's final latency reached sooner on conv2d7 (trial 60 to 38) and MobileNetV2
 (65.5 to 52). ``screen=1`` measures the children as bred.
 
+Where history is shallow (its sources hold a median under 128 measured configs each,
+:func:`search.tuner.shallow_history`) the guided GA measures its first population,
+history's configs, and then hands the layer to transfer XGBoost (``handover``: the
+population size by default there, never where history is deep; 0 never), told every
+result, with one-knob moves off the best config (``HANDOVER_LOCAL_SHARE``). A short
+search's winners are unconverged, and a GA breeding around them stays near them. On a
+32-deep `znver4` history (run 46b, ten seeds) the hand-over ended lower on the first
+conv and conv2d1 (196.4 against 209.2 us, 152.8 against 156.2) and higher on no layer,
+with the same trials to the plain GA's final (40.7x in the median).
+
 ``rank_sources=True`` also weights each source's share of the dictionary and of the
 immigrants by its chance of ranking the layer's results best
 (:mod:`search.source_weights`), as transfer XGBoost does by default. It is off here
@@ -85,7 +95,7 @@ from search.cost_model import CostModel
 from search.features import encoder_for
 from search.similarity import SIMILARITY_FLOOR, filter_priors
 from search.source_weights import SourceRankers
-from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups
+from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
 from search.warm_start import HistoryRanker, history_seed_order
 from templates.space import Config, KnobSpace
 
@@ -97,6 +107,10 @@ if not hasattr(creator, "AutotuneIndividual"):
     creator.create("AutotuneIndividual", list, fitness=creator.AutotuneFitnessMax)
 
 Key = tuple[int, ...]
+
+#: Transfer XGBoost's share of one-knob moves off the best config once it takes a shallow
+#: history's layer from the guided GA (run 46b measured the hand-over with it).
+HANDOVER_LOCAL_SHARE = 0.5
 
 
 class GATuner(Tuner):
@@ -342,9 +356,17 @@ class GuidedGATuner(GATuner):
         prior_weight: float = 1.0,
         screen: int = 4,
         hedge_cap: int = 1,
+        handover: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        if handover is None:
+            handover = self.pop_size if shallow_history(self.priors) else 0
+        if int(handover) < 0:
+            raise ValueError(f"handover is a number of measured configs (0: never), not {handover!r}")
+        self.handover = int(handover)
+        self.successor: Tuner | None = None
+        self.handed_over_at: int | None = None
         if int(hedge_cap) < 1:
             raise ValueError(f"hedge_cap must be 1 or more configs per source, not {hedge_cap!r}")
         self.hedge_cap = int(hedge_cap)
@@ -378,6 +400,40 @@ class GuidedGATuner(GATuner):
         # kept prior rows and their weights (similarity x credibility) at the last breeding
         self._believed: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0))
         self.elite_dist: list[np.ndarray] = [np.full(s, 1.0 / s) for s in self.sizes]
+
+    # --- hand-over -----------------------------------------------------------------------
+    def ask(self, n: int) -> list[Config]:
+        if self.successor is None and self.handover and len(self.state.results) >= self.handover:
+            self._hand_over()
+        if self.successor is None:
+            return super().ask(n)
+        out = self.successor.ask(n)
+        self.mark_seen(out)
+        return out
+
+    def tell(self, results: Sequence[TrialResult]) -> None:
+        super().tell(results)
+        if self.successor is not None:
+            self.successor.tell(results)
+
+    def _hand_over(self) -> None:
+        """Transfer XGBoost takes the layer from here, told everything measured and
+        asked so far: where history is shallow its winners are unconverged, and after
+        the first population, which is history's, the GA breeds around them (run 46)."""
+        from search.xgb_tuner import TransferXGBTuner
+
+        nxt = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
+                               local_share=HANDOVER_LOCAL_SHARE)
+        nxt.state.seen |= self.state.seen
+        nxt.tell(self.state.results)
+        self.successor = nxt
+        self.handed_over_at = len(self.state.results)
+
+    @property
+    def importance(self) -> np.ndarray | None:
+        """The feature importances of transfer XGBoost's model once it has the layer;
+        the GA itself has no model of features (None)."""
+        return getattr(self.successor, "importance", None)
 
     def _kept_priors(self, measured: Sequence[TrialResult]) -> tuple[np.ndarray, np.ndarray]:
         """(positions of the priors the filter keeps, their similarity). Before any

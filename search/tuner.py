@@ -64,7 +64,8 @@ class PriorRecord:
 #: near history's winners, ending higher than cold XGBoost on four of six layers at 100
 #: trials; on the H100, with a history 64 deep, their head start was gone by 100 trials
 #: (0.8x and 1.5x). Nothing between 64 and 256 has been measured: 128 is a line between
-#: what was, not a tuned value.
+#: what was, not a tuned value. Below it the guided GA hands a layer to transfer XGBoost
+#: after its first population (search.ga_tuner, run 46b).
 SHALLOW_SOURCE_RECORDS = 128
 
 
@@ -84,6 +85,12 @@ def source_depth(priors: Sequence[PriorRecord]) -> dict[str, Any]:
 def is_shallow(depth: Mapping[str, Any]) -> bool:
     """History there is, and its sources hold a median under SHALLOW_SOURCE_RECORDS."""
     return bool(depth["sources"]) and depth["per_source_median"] < SHALLOW_SOURCE_RECORDS
+
+
+def shallow_history(priors: Sequence[PriorRecord]) -> bool:
+    """Whether the history behind ``priors`` is shallow (:func:`is_shallow`): what the
+    guided GA's hand-over to transfer XGBoost goes by."""
+    return is_shallow(source_depth(priors))
 
 
 def prior_groups(priors: Sequence[PriorRecord]) -> tuple[np.ndarray, list[str], np.ndarray]:

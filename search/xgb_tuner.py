@@ -38,11 +38,13 @@ layer and leaned higher on four: not kept. Nor a share of each batch from the mo
 best children of the layer's best measured configs, the locality the guided GA's
 screening has (run 30, a replay screen: conv2d7 no sooner, MobileNetV2 later).
 ``local_share`` (off by default) opens each model batch with that share of configs one
-knob away from the best measured one, in random order: on a history only 32 trials deep
-it took conv2d7 off a 300 us plateau history's winners sit on (235.9 us against 298.0 in
-the median of ten seeds) and ended MobileNetV2 lower than cold XGBoost, at some cost on
-conv2d4 (run 45). On a deep history it needs the same trials but ends conv2d7 10% higher
-in the median (run 45c): not the default.
+knob away from the best measured one, in random order. On a `znver5` history only 32
+trials deep it took conv2d7 off a 300 us plateau history's winners sit on (235.9 us
+against 298.0 in the median of ten seeds) and ended MobileNetV2 lower, at some cost on
+conv2d4 (run 45b); on a deep one it needs the same trials but ends conv2d7 10% higher in
+the median (run 45c); on a `znver4` history 32 deep it ended the first conv lower and
+three layers higher (run 46b). Where the guided GA hands a shallow history's layer over
+(:mod:`search.ga_tuner`), its successor makes these moves: that is what was measured.
 """
 
 from __future__ import annotations

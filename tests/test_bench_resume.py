@@ -355,6 +355,36 @@ def test_the_result_records_what_was_kept_out_of_history(tmp_path, monkeypatch):
     assert len(result["layers"]) == 1 and len(result["layers"][0]["tuners"]["xgb"]["curves"][0]) == 2
 
 
+def test_a_replay_into_a_new_database_builds_the_history_from_the_file(tmp_path, monkeypatch):
+    """A run whose history was built from the measurement file (run 43b) replays on any
+    machine: into a database that does not exist yet the replay builds that history from
+    the file as the run did, and the guided tuner's curve comes back exactly; into an
+    existing one it adds nothing."""
+    import bench_history_guided
+    from history import open_history
+
+    measurements = tmp_path / "measurements.jsonl"
+
+    def run(db: str, out: str, *extra: str) -> dict:
+        monkeypatch.setattr(sys, "argv", [
+            "bench_history_guided.py", "--history-db", db, "--source", "resnet18:1", "--history-trials", "4",
+            "--size", "32", "--targets", "resnet18:0", "--tuners", "tl_xgb", "--trials", "4", "--batch", "2",
+            "--seeds", "1", "--out", out, *extra])
+        assert bench_history_guided.main() == 0
+        with open(out, encoding="utf-8") as fh:
+            return json.load(fh)
+
+    measured = run(str(tmp_path / "measured.db"), str(tmp_path / "measured.json"), "--measurements", str(measurements))
+    replayed = run(str(tmp_path / "new.db"), str(tmp_path / "replayed.json"), "--replay", str(measurements))
+    assert replayed["history"]["records"] == measured["history"]["records"] == 4
+    (row,), (again,) = measured["layers"], replayed["layers"]
+    assert again["tuners"]["tl_xgb"]["curves"] == row["tuners"]["tl_xgb"]["curves"]
+    assert again["tuners"]["tl_xgb"]["approximated"] == [0] and again["history_depth"] == row["history_depth"]
+    assert row["history_depth"] == {"sources": 1, "per_source_median": 4.0, "per_source_min": 4}
+    open_history(str(tmp_path / "empty.db")).close()
+    assert run(str(tmp_path / "empty.db"), str(tmp_path / "empty.json"), "--replay", str(measurements))["history"]["records"] == 0
+
+
 def test_restating_rank_reads_one_layers_valid_configs_up_to_a_line(tmp_path):
     """bench_restating_rank.py screens on the file as it stood before a run appended the
     configs its own rankers chose: ``first_lines`` must cut there."""

@@ -303,9 +303,10 @@ def test_model_timing_failure_keeps_the_tune_and_says_why(workdir, capsys, monke
     assert f"not measured: {reason}" in format_table(report)
 
 
-def _twin_convs(path: Path) -> Path:
+def _twin_convs(path: Path, *, first_only: bool = False) -> Path:
     """conv+relu, then the same convolution with a residual add: twin layers (one conv
-    shape, two epilogues), as every ResNet block has them."""
+    shape, two epilogues), as every ResNet block has them. ``first_only``: the conv+relu
+    alone, a model whose one layer is the twin's history."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype("float32"), n) for n in ("W1", "W2")]
     inits += [numpy_helper.from_array(rng.standard_normal(16).astype("float32"), n) for n in ("B1", "B2")]
@@ -316,6 +317,9 @@ def _twin_convs(path: Path) -> Path:
         helper.make_node("Add", ["c2", "input"], ["a"]),
         helper.make_node("Relu", ["a"], ["output"]),
     ]
+    if first_only:
+        nodes, inits = nodes[:2], [inits[0], inits[2]]
+        nodes[1].output[0] = "output"
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 16, 16, 16]) for n in ("input", "output")]
     graph = helper.make_graph(nodes, "twins", io[:1], io[1:], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
@@ -380,10 +384,41 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     configs = [json.dumps(r.config, sort_keys=True) for r in after]
     assert len(configs) == len(set(configs)) == len([r for r in before if r.status != "invalid"]) + 4
 
+
     plain = tune("--no-probes")  # a full first chunk for the twin too: 4, then the 2 left
     assert plain["probes"] is False
     assert [n for _, n in plain["schedule"][:2]] == [4, 2]
     assert not any(layer["probe"] for layer in plain["layers"])
+
+
+def test_the_guided_ga_hands_a_shallow_historys_layer_to_transfer_xgboost(tmp_path, capsys):
+    """History a 4-trial tune left (the conv+relu) is shallow: the twin goes to the guided
+    GA (a close match), which measures its first population, 32 configs, then hands the
+    layer to transfer XGBoost; the report, the table and the progress say so (run 46b)."""
+    db = str(tmp_path / "h.db")
+
+    def tune(model: Path, trials: int) -> list[dict]:
+        capsys.readouterr()
+        assert main([
+            "tune", str(model), "--target", "llvm", "--trials", str(trials), "--history", db, "--no-mlflow",
+            "--json", "--no-model-latency", "--no-verify", "--out-dir", str(tmp_path / model.stem),
+        ]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+    tune(_twin_convs(tmp_path / "first.onnx", first_only=True), 4)
+    events = tune(_twin_convs(tmp_path / "twins.onnx"), 40)
+    layers = events[-1]["layers"]
+    first = next(layer for layer in layers if layer["dispatch"] == "exact")
+    (twin,) = [layer for layer in layers if layer is not first]
+    assert twin["tuner"] == "gga" and twin["dispatch"] == "guided" and twin["trials"] == 40
+    assert twin["history_records"]["per_source_median"] == 4
+    # at the first batch once 32 are measured (the split's chunks need not end there)
+    assert twin["handed_over"]["to"] == "tl_xgb" and 32 <= twin["handed_over"]["after_configs"] < 40
+    assert any(e["event"] == "message" and e["text"].startswith(f"{twin['name']}: gga handed the layer to tl_xgb after")
+               for e in events)
+    from autotune.report import format_table
+
+    assert f"gga (guided, then tl_xgb after {twin['handed_over']['after_configs']})" in format_table({"layers": [twin]}, width=240)
 
 
 def _heavy_then_light_conv(path: Path) -> Path:

@@ -177,6 +177,25 @@ def test_history_depth_counts_each_source_layers_records(store):
     assert empty == {"sources": 0, "per_source_median": 0.0, "per_source_min": 0} and not is_shallow(empty)
 
 
+def test_priors_leave_out_tvms_default_schedule(store):
+    """``tune`` times TVM's default schedule of each layer and keeps it in history with
+    an empty config: no knob values, so no evidence of what this layer's configs do.
+    Kept as a prior it set its layer's best latency, and a default faster than a short
+    search's configs left none of them counted best (performance under 1)."""
+    from autotune.tune import priors_from_match
+    from search.tuner import prior_groups
+
+    w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
+    for wl in (w, near):
+        store.register_workload(wl)
+    _ok(store, "n", CPU, 2e-3)
+    _ok(store, "n", CPU, 4e-3)
+    store.add_record(workload_key="n", target_key=CPU.key, space_id="default", config={}, samples=[1e-3], status="ok", tuner="default")
+    priors = priors_from_match(store, match(store, w, CPU.key))
+    assert sorted(p.latency for p in priors) == [2e-3, 4e-3] and all(p.config for p in priors)
+    assert sorted(prior_groups(priors)[2]) == [0.5, 1.0]
+
+
 def test_same_layer_other_batch_counts_as_near_exact(store):
     a, b = _wl("a", "inv", [0.0, 5.0]), _wl("b", "inv", [1.0, 5.0])
     store.register_workload(a)

@@ -144,6 +144,18 @@ def test_format_table_marks_a_probed_layer() -> None:
     assert [r["probe"] for r in summary_rows(report)] == [True, False]
 
 
+def test_format_table_says_which_tuner_took_a_layer_over() -> None:
+    """A guided GA that handed a shallow history's layer to transfer XGBoost keeps its
+    name as the dispatched tuner, and the table and rows say who took over, and when."""
+    report = make_report()
+    conv, dense = report["layers"]
+    conv.update(budget=100, trials=100, dispatch="guided", tuner="gga", handed_over={"to": "tl_xgb", "after_configs": 32})
+    dense.update(budget=4, trials=4, dispatch="cold", tuner="xgb")
+    text = format_table(report, width=240)
+    assert "gga (guided, then tl_xgb after 32)" in text and "xgb (cold)" in text
+    assert [r["handed_over"] for r in summary_rows(report)] == ["tl_xgb after 32", None]
+
+
 def test_plot_convergence_layers_and_tuners(tmp_path: Path) -> None:
     report = make_report()
     png = plot_convergence(report, tmp_path / "a.png")

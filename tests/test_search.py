@@ -784,9 +784,9 @@ def test_tl_xgb_history_share_measures_the_guided_gas_first_population_in_its_or
 
 
 def test_tl_xgb_local_share_moves_one_knob_off_the_best_measured(target, similar_priors):
-    """With ``local_share`` (off by default; run 45), after the warm start each model batch
-    opens with configs one knob away from the best measured so far, never measured
-    before; without it the tuner is unchanged."""
+    """With ``local_share`` (off by default where history is deep; run 45), after the warm
+    start each model batch opens with configs one knob away from the best measured so
+    far, never measured before; without it the tuner is unchanged."""
     bench = SynthBench(target)
     opts = dict(seed=0, priors=similar_priors, layer_features=target.layer_features, epsilon=0.0, history_share=0.0)
     tuner = make_tuner("tl_xgb", target, local_share=0.5, **opts)
@@ -807,6 +807,55 @@ def test_tl_xgb_local_share_moves_one_knob_off_the_best_measured(target, similar
         tuner.tell(bench.measure(cfgs))
     with pytest.raises(ValueError, match="local_share"):
         make_tuner("tl_xgb", target, priors=similar_priors, local_share=-0.1)
+
+
+def shallow_priors(space: MatmulSpace, workload_key: str = "dense_64_128_64") -> list[PriorRecord]:
+    """One source of 40 records: under SHALLOW_SOURCE_RECORDS, as a short tune leaves it."""
+    return history_of(space, workload_key, n_top=10, n_good=10, n_random=20)
+
+
+def test_gga_hands_a_shallow_historys_layer_to_transfer_xgb_after_its_first_population(target, similar_priors):
+    """Where history is shallow the guided GA measures its first population (history's
+    configs), then transfer XGBoost proposes, told every result: exactly what a transfer
+    XGBoost tuner told the same results would ask, one with one-knob moves (run 46b
+    measured the hand-over so; transfer XGBoost itself makes none unless asked). Deep
+    history, or ``handover=0``: the GA keeps the layer."""
+    from search.ga_tuner import HANDOVER_LOCAL_SHARE
+    from search.tuner import SHALLOW_SOURCE_RECORDS, shallow_history
+
+    shallow = shallow_priors(MatmulSpace(64, 128, 64))
+    assert shallow_history(shallow) and not shallow_history(similar_priors)
+    assert len(similar_priors) >= SHALLOW_SOURCE_RECORDS > len(shallow)
+    opts = dict(seed=3, layer_features=target.layer_features)
+    gga = make_tuner("gga", target, priors=shallow, **opts)
+    assert gga.handover == gga.pop_size == 32
+    bench = SynthBench(target)
+    asked: list[str] = []
+    while len(gga.state.results) < gga.pop_size:
+        cfgs = gga.ask(8)
+        asked += [config_to_json(c) for c in cfgs]
+        gga.tell(bench.measure(cfgs))
+    assert gga.successor is None and gga.importance is None
+    assert make_tuner("tl_xgb", target, priors=shallow, **opts).local_share == 0.0
+    twin = make_tuner("tl_xgb", target, priors=shallow, local_share=HANDOVER_LOCAL_SHARE, **opts)
+    twin.tell(gga.state.results)
+    for _ in range(3):
+        cfgs = gga.ask(8)
+        assert [config_to_json(c) for c in cfgs] == [config_to_json(c) for c in twin.ask(8)]
+        asked += [config_to_json(c) for c in cfgs]
+        results = bench.measure(cfgs)
+        gga.tell(results)
+        twin.tell(results)
+    assert gga.handed_over_at == 32 and gga.successor.local_share == HANDOVER_LOCAL_SHARE > 0
+    assert gga.importance is not None  # what tune learns feature weights from
+    assert len(asked) == len(set(asked)) == 56 and len(gga.state.results) == 56
+    for priors, kw in ((similar_priors, {}), (shallow, {"handover": 0})):
+        kept = make_tuner("gga", target, priors=priors, **opts, **kw)
+        for _ in range(6):
+            kept.tell(bench.measure(kept.ask(8)))
+        assert kept.handover == 0 and kept.successor is None and kept.handed_over_at is None
+    with pytest.raises(ValueError, match="handover"):
+        make_tuner("gga", target, priors=shallow, handover=-1)
 
 
 # --------------------------------------------------------------------------------------

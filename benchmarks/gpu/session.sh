@@ -54,6 +54,12 @@
 # here), while the baselines' curves answer from the file: two sessions with conv2d1,
 # conv2d3 and conv2d4's baselines. On the 64-deep history as it is, run 45's option
 # (`tl_xgb:local_share=0.5` in --tuners) is the screen to add.
+# Since run 46 (2026-11-26) the guided GA hands a layer whose history sources hold a
+# median under 128 configs to transfer XGBoost after its first population: on the H100
+# history (64 deep; deepening three neighbours leaves most targets' median at 64) that
+# is after 16 trials with `gga:pop_size=16`. The earlier sessions' GA curves were made
+# without it: `"gga:pop_size=16;handover=0"` in --tuners (quoted) resumes them from the file at no
+# device cost; `gga:pop_size=16` alone measures the hand-over (new device time).
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
