@@ -396,7 +396,7 @@ class GuidedGATuner(GATuner):
             lambda: self.encoder.encode_configs([r.config for r in self.priors]),  # featurized on first use
             self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed,
         )
-        self.source_weights: dict[str, float] = {}
+        self._source_weights: dict[str, float] = {}
         # kept prior rows and their weights (similarity x credibility) at the last breeding
         self._believed: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0))
         self.elite_dist: list[np.ndarray] = [np.full(s, 1.0 / s) for s in self.sizes]
@@ -430,6 +430,12 @@ class GuidedGATuner(GATuner):
         self.handed_over_at = len(self.state.results)
 
     @property
+    def source_weights(self) -> dict[str, float]:
+        """Each source's chance of ranking the layer's results best, as the tuner that
+        has the layer now weighs them (empty while unranked)."""
+        return self._source_weights if self.successor is None else self.successor.source_weights
+
+    @property
     def importance(self) -> np.ndarray | None:
         """The feature importances of transfer XGBoost's model once it has the layer;
         the GA itself has no model of features (None)."""
@@ -461,7 +467,7 @@ class GuidedGATuner(GATuner):
         """Per kept prior row (similarity ``sims``), its workload's chance of ranking this
         layer's own results best (:mod:`search.source_weights`); all ones unless
         ``rank_sources``, and until there are ``min_ranked`` successful results."""
-        self.source_weights = {}
+        self._source_weights = {}
         if not self.rank_sources:
             return np.ones(len(idx))
         keys = list(self._fit)
@@ -469,7 +475,7 @@ class GuidedGATuner(GATuner):
             self._prior_group[idx], sims, lambda: self.encoder.encode_indices(np.array(keys)),
             np.array([self._fit[k] for k in keys]), self._seed, min_results=self.min_ranked,
         )
-        self.source_weights = {k: round(v, 3) for k, v in by_workload.items()}
+        self._source_weights = {k: round(v, 3) for k, v in by_workload.items()}
         return row_p
 
     def _immigrants(self, taken: set[Key]) -> list[Any]:

@@ -823,7 +823,8 @@ def test_gga_hands_a_shallow_historys_layer_to_transfer_xgb_after_its_first_popu
     from search.ga_tuner import HANDOVER_LOCAL_SHARE
     from search.tuner import SHALLOW_SOURCE_RECORDS, shallow_history
 
-    shallow = shallow_priors(MatmulSpace(64, 128, 64))
+    source = MatmulSpace(64, 128, 64)
+    shallow = shallow_priors(source) + shallow_priors(source, "dense_64_128_64_again")
     assert shallow_history(shallow) and not shallow_history(similar_priors)
     assert len(similar_priors) >= SHALLOW_SOURCE_RECORDS > len(shallow)
     opts = dict(seed=3, layer_features=target.layer_features)
@@ -848,6 +849,7 @@ def test_gga_hands_a_shallow_historys_layer_to_transfer_xgb_after_its_first_popu
         twin.tell(results)
     assert gga.handed_over_at == 32 and gga.successor.local_share == HANDOVER_LOCAL_SHARE > 0
     assert gga.importance is not None  # what tune learns feature weights from
+    assert gga.source_weights == gga.successor.source_weights and gga.source_weights  # what the report says it believed
     assert len(asked) == len(set(asked)) == 56 and len(gga.state.results) == 56
     for priors, kw in ((similar_priors, {}), (shallow, {"handover": 0})):
         kept = make_tuner("gga", target, priors=priors, **opts, **kw)
