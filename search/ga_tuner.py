@@ -65,7 +65,8 @@ search's winners are unconverged, and a GA breeding around them stays near them.
 conv and conv2d1 (196.4 against 209.2 us, 152.8 against 156.2) and higher on no layer,
 with the same trials to the plain GA's final (40.7x in the median); on one of ResNet-50
 and the target models' own layers, 32 deep (run 47b), lower on conv2d1 and conv2d4
-(154.8 against 177.9, 172.5 against 183.5) and higher on none.
+(154.8 against 177.9, 172.5 against 183.5) and higher on none; 64 deep (run 48), lower
+on conv2d3 and higher on none.
 
 ``rank_sources=True`` also weights each source's share of the dictionary and of the
 immigrants by its chance of ranking the layer's results best
