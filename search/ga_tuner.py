@@ -415,9 +415,11 @@ class GuidedGATuner(GATuner):
         return out
 
     def tell(self, results: Sequence[TrialResult]) -> None:
-        super().tell(results)
-        if self.successor is not None:
-            self.successor.tell(results)
+        if self.successor is None:
+            super().tell(results)
+            return
+        Tuner.tell(self, results)  # what was asked and measured; no generation to keep
+        self.successor.tell(results)
 
     def _hand_over(self) -> None:
         """Transfer XGBoost takes the layer from here, told everything measured and
