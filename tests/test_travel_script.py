@@ -3,6 +3,7 @@ it back exactly and refuse what it cannot undo (run in a scratch repository)."""
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "travel.sh"
+# What a `session.sh history` call reads, carried beside the kit rather than in the tree.
+CARRIED = ("benchmarks/results/gpu_h100/history_guided_cuda_history.json",
+           "benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl")
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -26,7 +30,7 @@ def _travel(repo: Path, verb: str) -> subprocess.CompletedProcess:
 def repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     for rel in ("README.md", "benchmarks/results/llvm_run.json", "benchmarks/results/gpu_h100/cuda_run.json",
-                "benchmarks/bench.py"):
+                *CARRIED, "benchmarks/bench.py"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(rel)
     _git(repo.parent, "init", "-q", str(repo))
@@ -41,15 +45,19 @@ def _travelling(repo: Path) -> set[str]:
     return set(out.split())
 
 
-def test_slim_keeps_only_the_gpu_results_and_restore_puts_everything_back(repo):
+def test_slim_sends_no_results_but_sets_aside_what_the_gpu_reads_and_restore_puts_it_back(repo):
     before = _travelling(repo)
     done = _travel(repo, "slim")
     assert done.returncode == 0, done.stderr
-    assert _travelling(repo) == before - {"benchmarks/results/llvm_run.json"}
-    assert (repo / "benchmarks/results/llvm_run.json").exists()  # the file itself is untouched
+    results = {p for p in before if p.startswith("benchmarks/results/")}
+    assert len(results) == 4 and _travelling(repo) == before - results
+    assert (repo / "benchmarks/results/llvm_run.json").exists()  # the files themselves are untouched
+    for rel in CARRIED:  # copied gzipped, ignored, for the call to carry
+        assert gzip.decompress((repo / ".gpucarry" / f"{Path(rel).name}.gz").read_bytes()).decode() == rel
     done = _travel(repo, "restore")
     assert done.returncode == 0, done.stderr
     assert _travelling(repo) == before
+    assert not (repo / ".gpucarry").exists()
     assert _git(repo, "status", "--porcelain") == ""  # index and exclude file as they were
 
 

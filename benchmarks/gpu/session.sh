@@ -11,8 +11,13 @@
 #     bash ../shared/device-kit/prepare.sh
 # (this machine's versions, as staged on 2026-11-24; DEAP imports moocore, which with its
 # needs the GPU image lacks, and the image lacks tornado, which TVM's RPC tracker needs).
-# The tracked tree (~46 MB, mostly llvm results) and a kit half do not fit one call's
-# 64 MiB: run `bash benchmarks/gpu/travel.sh slim` before the calls and `... restore` after.
+# The tracked tree (~50 MB, mostly results) and a kit half do not fit one call's 64 MiB:
+# run `bash benchmarks/gpu/travel.sh slim` before the calls and `... restore` after. Slim
+# sends no results; it gzips the H100 history export and measurement file into
+# `.gpucarry/`, which the call that runs `history` carries with the kit's second half:
+#   carry [".devkit/b", ".gpucarry"]; HISTORY_DB=.gpucarry/history_guided_cuda_history.json.gz
+#   MEASUREMENTS=.gpucarry/history_guided_cuda_measurements.jsonl.gz (both read only into a
+#   fresh machine; a warm one keeps its own copies between calls).
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
@@ -29,37 +34,41 @@
 # H100 history of 2026-11-22 (12 ResNet-50 layers at 64 trials, one at 32, 10 at one):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
-# and, to go on from the earlier sessions' comparisons (10,213 H100 measurements: all six
-# layers at 32 trials, and the first conv, conv2d7 and MobileNetV2's conv2d5 at 100; they
-# answer first, so only configs never measured cost device time), also
+# and, to go on from the earlier sessions' comparisons (13,137 H100 measurements: all six
+# layers at 32 trials; at 100 the first conv, conv2d7 and MobileNetV2's conv2d5 with the
+# tuners of 2026-11-24, conv2d3 and conv2d1 with those of 2026-11-26; they answer first,
+# so only configs never measured cost device time), also
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
-# The 100-trial run still to finish (conv2d3 was cut in its sixth round; conv2d4, conv2d1
-# not started) is, with the two variables above and LIMIT= per call:
+# Size a call first, here, at no device cost: a --replay of the file with the same
+# arguments counts per layer the answers it lacks ("answered by the nearest measured
+# config"); at 0.25 s each (2026-11-26) that is the device time. On 2026-11-26 conv2d4
+# lacked about 1,430 (6 minutes), and the three layers of 2026-11-24, replayed with
+# today's tuners, 1,412. The 100-trial run still to finish is, with LIMIT= per call:
 #   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
-#     --targets resnet18:3,resnet18:4,resnet18:1,resnet18:0,resnet18:7,mobilenetv2:5 \
+#     --targets resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 --exclude resnet18:3,resnet18:1 \
 #     --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
-# (the unfinished layers first; the finished three replay from the file at the end, at no
-# device cost). Keep the same set of --targets: target layers are kept out of history, and
-# another set changes the history, hence the guided tuners' curves.
+# Keep the same six layers between --targets and --exclude: target layers are kept out of
+# history, and another set changes the history, hence the guided tuners' curves.
 # History depth first (run 43b, benchmarks/HISTORY_GUIDED.md: on LLVM a 32-deep history
 # is worse than none at 100 trials, with the same neighbours as a 256-deep one that gives
 # 32x to 94x). In the H100 history the six targets' nearest neighbours are ResNet-50's
 # conv2d7 (first conv, conv2d1, conv2d3, conv2d4), conv2d13 (conv2d7) and conv2d2
 # (MobileNetV2), each 64 trials deep. Deepen them to 256 (576 measurements, about 3
-# minutes at the fourth session's 0.31 s) by adding to the command above
+# minutes at 0.31 s, 2.5 at 2026-11-26's 0.25 s) by adding to the command above
 #   --source resnet50:7,resnet50:13,resnet50:2 --history-trials 256
 # (in place of `--source resnet50 --history-trials 1`; the other layers stay in the
 # database as they are). That changes every guided curve, so all six layers' guided runs
 # are measured again (on LLVM about 2,800 new measurements for 5 seeds, some 15 minutes
-# here), while the baselines' curves answer from the file: two sessions with conv2d1,
-# conv2d3 and conv2d4's baselines. On the 64-deep history as it is, run 45's option
+# here), while the baselines' curves answer from the file (at 100 trials, all but
+# conv2d4's since 2026-11-26, though the first conv, conv2d7 and MobileNetV2's cold
+# XGBoost changed since 2026-11-24). On the 64-deep history as it is, run 45's option
 # (`tl_xgb:local_share=0.5` in --tuners) is the screen to add.
 # Since run 46 (2026-11-26) the guided GA hands a layer whose history sources hold a
 # median under 128 configs to transfer XGBoost after its first population: on the H100
 # history (64 deep; deepening three neighbours leaves most targets' median at 64) that
-# is after 16 trials with `gga:pop_size=16`. The earlier sessions' GA curves were made
-# without it: `"gga:pop_size=16;handover=0"` in --tuners (quoted) resumes them from the file at no
-# device cost; `gga:pop_size=16` alone measures the hand-over (new device time).
+# is after 16 trials with `gga:pop_size=16`. The sessions before 2026-11-26 made their GA
+# curves without it (`"gga:pop_size=16;handover=0"` in --tuners, quoted); conv2d3 and
+# conv2d1's 100-trial curves of 2026-11-26 have it.
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
@@ -110,7 +119,9 @@ history|ceiling)
   db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
   mkdir -p "$(dirname "$db")"
   if [ -n "${HISTORY_DB:-}" ] && [ ! -e "$db" ]; then
-    case "$HISTORY_DB" in  # a `history export` JSON (as committed), or a database file
+    case "$HISTORY_DB" in  # a `history export` JSON (as committed; gzipped by travel.sh), or a database file
+      *.json.gz) gunzip -c "$HISTORY_DB" > "$R/history_import.json" &&
+        $py -m autotune history import "$R/history_import.json" --history "$db" ;;
       *.json) $py -m autotune history import "$HISTORY_DB" --history "$db" ;;
       *) cp "$HISTORY_DB" "$db" ;;
     esac
@@ -118,7 +129,9 @@ history|ceiling)
   # Every measurement too, so a comparison cut short by the call's limit resumes in the
   # next call (MEASUREMENTS=path carries a returned file into a fresh machine).
   meas=$(dirname "$db")/measurements_cuda.jsonl
-  [ -n "${MEASUREMENTS:-}" ] && [ ! -e "$meas" ] && cp "$MEASUREMENTS" "$meas"
+  if [ -n "${MEASUREMENTS:-}" ] && [ ! -e "$meas" ]; then
+    case "$MEASUREMENTS" in *.gz) gunzip -c "$MEASUREMENTS" > "$meas" ;; *) cp "$MEASUREMENTS" "$meas" ;; esac
+  fi
   if [ "$mode" = ceiling ]; then
     step history_ceiling "${LIMIT:-560}" $py benchmarks/bench_history_ceiling.py --target cuda --history-db "$db" \
       --measurements "$meas" --out "$R/history_ceiling_cuda${TAG:-}.json" "$@"
