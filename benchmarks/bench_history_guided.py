@@ -212,9 +212,35 @@ class CachedMeasurer:
     def close(self) -> None:
         self.measurer.close()
 
+    def best_entry(self, layer_key: str) -> tuple[str, float] | None:
+        """The layer's fastest valid config (its JSON text) and latency, file lines included."""
+        found = [(lat, cfg) for (k, cfg), (lat, st) in self.cache.items() if k == layer_key and lat is not None and st == "ok"]
+        if not found:
+            return None
+        latency, config = min(found)
+        return config, latency
+
     def best(self, layer_key: str) -> float | None:
-        vals = [lat for (k, _), (lat, st) in self.cache.items() if k == layer_key and lat is not None and st == "ok"]
-        return min(vals) if vals else None
+        entry = self.best_entry(layer_key)
+        return entry[1] if entry else None
+
+
+def check_best(cm: CachedMeasurer, layer, space, target) -> dict | None:
+    """The layer's fastest measured config against the untuned reference.
+
+    Every ratio the benchmark reports is measured against that latency; it only counts if
+    the kernel behind it computes the layer (``autotune tune`` checks its winners the same
+    way, :mod:`autotune.verify`). Measured runs only: a replay has no device to run it on.
+    """
+    from autotune import verify
+    from templates import config_from_json
+
+    entry = cm.best_entry(layer.workload_key)
+    if entry is None:
+        return None
+    config, latency = entry
+    problem = verify.check(space.apply(config_from_json(config)), layer.func, target)
+    return {"config": config, "latency_s": latency, "verified": problem is None, "problem": problem}
 
 
 class ReplayMeasurer:
@@ -842,6 +868,11 @@ def main() -> int:
         row = {"layer": f"{model}:{layer.name}", "op_class": layer.op_class, "shapes": layer.inputs + layer.weights,
                "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors),
                "history_depth": source_depth(priors), "best_known_s": best_known, "tuners": {}}
+        if not args.replay:
+            row["best_checked"] = checked = check_best(cm, layer, space, target)
+            if checked is not None:
+                log(f"{model}:{layer.name} fastest config ({checked['latency_s'] * 1e6:.1f} us) "
+                    + ("matches the reference" if checked["verified"] else f"DOES NOT match the reference: {checked['problem']}"))
         for t in tuners:
             finals = final_latencies(curves[t])
             entry = {"median_final_latency_s": statistics.median(finals) if finals else None,

@@ -26,6 +26,7 @@ from bench_history_guided import (  # noqa: E402
     ReplayMeasurer,
     Run,
     as_dispatched,
+    check_best,
     build_history,
     dispatched_comparison,
     final_latency_test,
@@ -381,8 +382,34 @@ def test_a_replay_into_a_new_database_builds_the_history_from_the_file(tmp_path,
     assert again["tuners"]["tl_xgb"]["curves"] == row["tuners"]["tl_xgb"]["curves"]
     assert again["tuners"]["tl_xgb"]["approximated"] == [0] and again["history_depth"] == row["history_depth"]
     assert row["history_depth"] == {"sources": 1, "per_source_median": 4.0, "per_source_min": 4}
+    # A measured run checks the kernel behind its best latency; a replay has none to run.
+    assert row["best_checked"]["verified"] is True and row["best_checked"]["latency_s"] == row["best_known_s"]
+    assert "best_checked" not in again
     open_history(str(tmp_path / "empty.db")).close()
     assert run(str(tmp_path / "empty.db"), str(tmp_path / "empty.json"), "--replay", str(measurements))["history"]["records"] == 0
+
+
+def test_the_fastest_config_is_checked_against_the_layers_reference():
+    """A fast kernel that computes something else must not stand as the best known: the
+    check runs the fastest measured config against the layer's own untuned loop nest."""
+    from types import SimpleNamespace
+
+    target, space, cfgs = _space_and_configs(2, seed=1)
+    cm = CachedMeasurer(target, repeat=1)
+    try:
+        cm.measure("mm", space, cfgs)
+        layer = SimpleNamespace(workload_key="mm", func=_matmul_func(32))
+        good = check_best(cm, layer, space, target)
+        assert good["verified"] is True and good["problem"] is None and good["latency_s"] == cm.best("mm")
+        other = te.placeholder((32, 32), name="A")  # same shapes, another computation: A + 1
+        wrong = te.compute((32, 32), lambda i, j: other[i, j] + 1.0, name="C")
+        unlike = SimpleNamespace(workload_key="mm", func=te.create_prim_func(
+            [other, te.placeholder((32, 32), name="B"), wrong]).with_attr("global_symbol", "main"))
+        bad = check_best(cm, unlike, space, target)
+        assert bad["verified"] is False and "differs from the reference" in bad["problem"]
+        assert check_best(cm, SimpleNamespace(workload_key="unmeasured", func=layer.func), space, target) is None
+    finally:
+        cm.close()
 
 
 def test_restating_rank_reads_one_layers_valid_configs_up_to_a_line(tmp_path):

@@ -43,7 +43,13 @@
 # arguments counts per layer the answers it lacks ("answered by the nearest measured
 # config"); at 0.25 s each (2026-11-26) that is the device time. On 2026-11-26 conv2d4
 # lacked about 1,430 (6 minutes), and the three layers of 2026-11-24, replayed with
-# today's tuners, 1,412. The 100-trial run still to finish is, with LIMIT= per call:
+# today's tuners, 1,412. First, the guided GA without its hand-over on conv2d3 and
+# conv2d1 (a replay screen of 2026-11-26 has it at 4.7x against 2.5x on conv2d3; about 350
+# new measurements, 1.5 minutes):
+#   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
+#     --targets resnet18:3,resnet18:1 --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 \
+#     --trials 100 --seeds 5 --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0"
+# The 100-trial run still to finish is, with LIMIT= per call:
 #   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
 #     --targets resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 --exclude resnet18:3,resnet18:1 \
 #     --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
