@@ -347,7 +347,7 @@ def source_layers(spec: str, size: int):
 
 
 def build_history(store, target, cm, models, size, per_layer, seed, exclude: set[str], tuner_name: str = "random",
-                  batch: int = 8) -> Counter:
+                  batch: int = 8, space_options: dict | None = None) -> Counter:
     """Records for the source models' layers (``models``: ``--source`` entries, see
     :func:`source_layers`), as the transfer evidence.
 
@@ -380,7 +380,7 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
         made_by.update(r.tuner or "unknown" for r in have)
         if len(have) >= per_layer:
             continue
-        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **(space_options or {}))
         tuner = make_tuner(tuner_name, space, seed=seed, layer_features=layer.features())
         if have:
             tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in have])
@@ -741,6 +741,9 @@ def main() -> int:
     parser.add_argument("--other-target-discount", type=float, metavar="F",
                         help="scale the similarity of history measured on another target by F "
                              "(default: history.match.OTHER_TARGET_DISCOUNT, as autotune tune does)")
+    parser.add_argument("--no-shared-memory-estimate", action="store_true",
+                        help="CUDA spaces as before 2026-11-26, shared memory left to VerifyGPUCode: the H100 "
+                             "measurements made before then replay exactly (templates/shared_memory.py)")
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=5)
@@ -775,6 +778,7 @@ def main() -> int:
     from templates.meta_schedule_space import MetaScheduleSpace
 
     t_start = time.perf_counter()
+    space_options = {"estimate_shared": False} if args.no_shared_memory_estimate else {}
     target = resolve_target(args.target)
     if args.replay:
         if not os.path.isfile(args.replay):
@@ -812,7 +816,8 @@ def main() -> int:
     # the recorded run built it (answers the file lacks are counted as approximated).
     history_trials = args.history_trials if (fresh_db or not args.replay) else 0
     made_by = build_history(store, target, cm, args.source.split(","), args.size, history_trials,
-                            seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch)
+                            seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch,
+                            space_options=space_options)
     n_hist = made_by.total()
     t_hist = time.perf_counter() - t_start
     log(f"history: {n_hist} records in {t_hist:.0f} s, {', '.join(kept_out)} kept out ({cm.cost_summary()})")
@@ -848,7 +853,7 @@ def main() -> int:
         }
 
     for model, layer in targets:
-        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options)
         score, priors = priors_for(store, layer, target, exclude, args.other_target_discount,
                                    space=None if args.no_vector_restating else space)
         runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)

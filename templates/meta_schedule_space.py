@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
+from templates.shared_memory import SharedFootprint
 from templates.space import Config, InvalidConfig, Knob, KnobSpace
 
 #: v2: compute locations are knobs (v1 left them to the sketch's random draw).
@@ -94,7 +95,10 @@ def stub_tensor_intrinsics() -> None:
 class MetaScheduleSpace(KnobSpace):
     """Knob space of one PrimFunc on one target, from meta-schedule's space generator."""
 
-    def __init__(self, func, target, *, name: str = "main") -> None:
+    def __init__(self, func, target, *, name: str = "main", estimate_shared: bool = True) -> None:
+        """``estimate_shared=False`` leaves shared memory to VerifyGPUCode alone, as
+        before 2026-11-26: its configs are the same, but its sampling, mutation and
+        search draw as they did then, so measurements made then replay exactly."""
         import tvm
         from tvm.s_tir import meta_schedule as ms
 
@@ -156,6 +160,16 @@ class MetaScheduleSpace(KnobSpace):
         self.min_threads = min(int(target.attrs.get("thread_warp_size", 32)), spatial) if kind == "cuda" else 0
         # VerifyGPUCode bounds local memory per block by the register file size.
         self.max_local_bytes = int(target.attrs.get("registers_per_block", 65536)) if kind == "cuda" else 0
+        # ... and shared memory by the target's limit: estimated per sketch from its trace.
+        self.max_shared_bytes = int(target.attrs.get("max_shared_memory_per_block", 49152)) if kind == "cuda" else 0
+        self._shared = [
+            SharedFootprint.of_sketch(
+                sketch.trace, {s.inst_index: s.knob for s in samplers if s.kind == "tile"}, self.mod["main"]
+            )
+            if kind == "cuda" and estimate_shared
+            else None
+            for sketch, samplers in zip(self.sketches, self._samplers)
+        ]
 
     # --- knob naming ----------------------------------------------------------------------
     def _samplers_of(self, trace) -> list[_Sampler]:
@@ -250,15 +264,30 @@ class MetaScheduleSpace(KnobSpace):
 
     # --- validity ---------------------------------------------------------------------------
     def is_plausible(self, config: Mapping[str, Any]) -> bool:
-        """On CUDA: threads per block and virtual threads within the limits that
-        VerifyGPUCode enforces (the commonest invalidities), checked with no TVM work,
-        so sampling and mutation stay mostly valid."""
+        """On CUDA: threads per block, virtual threads, local and shared memory within
+        the limits that VerifyGPUCode enforces (the commonest invalidities), checked
+        with no TVM work, so sampling and mutation stay mostly valid."""
+        return self.implausibility(config) is None
+
+    def implausibility(self, config: Mapping[str, Any]) -> str | None:
+        """Which device limit ``config`` exceeds (None: none that is checked here)."""
         if not self.max_threads:
-            return True
+            return None
         threads, vthreads = self.thread_counts(config)
         if threads > self.max_threads or vthreads > MAX_VTHREAD or threads < self.min_threads:
-            return False
-        return threads * vthreads * self.thread_work(config) * 4 <= self.max_local_bytes
+            return f"{threads} threads / {vthreads} vthreads per block exceed the device limits"
+        if threads * vthreads * self.thread_work(config) * 4 > self.max_local_bytes:
+            return f"{threads * vthreads * self.thread_work(config) * 4} bytes of registers per block exceed the device's {self.max_local_bytes}"
+        shared = self.shared_bytes(config)
+        if shared is not None and shared > self.max_shared_bytes:
+            return f"{shared} bytes of shared memory per block exceed the device's {self.max_shared_bytes}"
+        return None
+
+    def shared_bytes(self, config: Mapping[str, Any]) -> int | None:
+        """Shared memory ``config`` allocates per thread block on CUDA, estimated from
+        its sketch (:mod:`templates.shared_memory`); None where there is no estimate."""
+        footprint = self._shared[int(config.get("sketch", 0))] if self._shared else None
+        return None if footprint is None else footprint.nbytes(config)
 
     def thread_work(self, config: Mapping[str, Any]) -> int:
         """Accumulators each thread keeps in registers: the two innermost spatial parts."""
@@ -320,9 +349,9 @@ class MetaScheduleSpace(KnobSpace):
         """Replay the sketch with ``config``'s decisions; return the scheduled IRModule."""
         if not self.contains(config):
             raise InvalidConfig("config does not belong to this space")
-        if not self.is_plausible(config):
-            threads, vthreads = self.thread_counts(config)
-            raise InvalidConfig(f"{threads} threads / {vthreads} vthreads per block exceed the device limits")
+        problem = self.implausibility(config)
+        if problem is not None:
+            raise InvalidConfig(problem)
         k = int(config.get("sketch", 0))
         trace = self.sketches[k].trace
         wanted: dict[int, Any] = {}

@@ -378,6 +378,54 @@ def test_cuda_random_configs_are_plausible_and_some_apply(cuda_space):
     cuda_space.apply(cuda_space.default_config())
 
 
+def _cuda_target_with(**attrs):
+    import tvm
+
+    from autotune.target import resolve_target
+
+    return tvm.target.Target({**dict(resolve_target("cuda:sm_80").tvm_target.export()), **attrs})
+
+
+@pytest.mark.parametrize("which", ["conv2d", "dense"])
+def test_cuda_shared_memory_estimate_decides_as_verify_gpu_code_does(resnet_layers, cuda_target, which):
+    """A config whose estimated shared memory exceeds the limit is one VerifyGPUCode
+    rejects, and under the limit shared memory is never what it rejects for. Configs are
+    drawn where shared memory is unbounded, then judged at the real limit by a space
+    that leaves the judging to VerifyGPUCode alone."""
+    layer = [l for l in resnet_layers if l.op_class == which][1 if which == "conv2d" else 0]
+    space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name)
+    unbounded = MetaScheduleSpace(layer.func, _cuda_target_with(max_shared_memory_per_block=1 << 30), name=layer.name)
+    verifier_only = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
+    assert verifier_only.shared_bytes(space.default_config()) is None  # VerifyGPUCode's own verdict
+
+    def passes(s, cfg) -> bool:
+        try:
+            s.apply(cfg)
+        except InvalidConfig:
+            return False
+        return True
+
+    rng = np.random.default_rng(5)
+    over = under = 0
+    sketches_over = set()
+    for _ in range(24):
+        cfg = unbounded.random_config(rng)
+        estimate = space.shared_bytes(cfg)
+        assert estimate is not None and estimate > 0
+        if estimate > space.max_shared_bytes:
+            over += 1
+            sketches_over.add(cfg.get("sketch", 0))
+            assert not space.is_plausible(cfg) and not passes(verifier_only, cfg), (estimate, cfg)
+            with pytest.raises(InvalidConfig, match="shared memory"):
+                space.apply(cfg)
+        else:
+            under += 1
+            assert passes(verifier_only, cfg) == passes(unbounded, cfg), (estimate, cfg)
+    assert over and under, (over, under)
+    if which == "conv2d":  # software-pipelined sketches keep a copy per stage in flight
+        assert len(sketches_over) > 1, sketches_over
+
+
 _SPACES_WITHOUT_AND_WITH_INTRINSICS = """
 import importlib
 import json

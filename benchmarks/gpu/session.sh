@@ -48,11 +48,19 @@
 # new measurements, 1.5 minutes):
 #   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
 #     --targets resnet18:3,resnet18:1 --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 \
-#     --trials 100 --seeds 5 --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0"
+#     --trials 100 --seeds 5 --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0" \
+#     --no-shared-memory-estimate
 # The 100-trial run still to finish is, with LIMIT= per call:
 #   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
 #     --targets resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 --exclude resnet18:3,resnet18:1 \
-#     --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
+#     --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16 --no-shared-memory-estimate
+# `--no-shared-memory-estimate`: since 2026-11-26 the CUDA spaces reject configs over the
+# shared-memory limit before any TVM work (templates/shared_memory.py), so every tuner,
+# the baselines too, draws other configs than the committed curves did (a replay of
+# conv2d3 and conv2d1 without the flag approximates 69% to 93% of each tuner's answers).
+# The flag keeps the spaces as they were, so those curves resume; the same runs with
+# the spaces as shipped are new measurements throughout (about 3,700 for two layers at
+# 100 trials, some 15 minutes).
 # Keep the same six layers between --targets and --exclude: target layers are kept out of
 # history, and another set changes the history, hence the guided tuners' curves.
 # History depth first (run 43b, benchmarks/HISTORY_GUIDED.md: on LLVM a 32-deep history
