@@ -349,7 +349,7 @@ def test_cuda_is_plausible_rejects_too_many_vthreads(cuda_space):
 def test_llvm_space_has_no_thread_limits(llvm_space):
     rng = np.random.default_rng(0)
     cfg = llvm_space.from_indices([len(k) - 1 for k in llvm_space.knobs])
-    assert llvm_space.is_plausible(cfg)
+    assert llvm_space.is_plausible(cfg) and llvm_space.shared_bytes(cfg) is None
     assert llvm_space.random_config(rng) is not None
 
 
