@@ -18,6 +18,15 @@
 #   carry [".devkit/b", ".gpucarry"]; HISTORY_DB=.gpucarry/history_guided_cuda_history.json.gz
 #   MEASUREMENTS=.gpucarry/history_guided_cuda_measurements.jsonl.gz (both read only into a
 #   fresh machine; a warm one keeps its own copies between calls).
+# A session of 15 minutes of device time, as run on 2026-11-26 (staging 37 s, then
+# 540 s and 226 s of benchmark; a machine idle for 30 s is given back, so each call
+# follows the last at once):
+#   here:   DEVKIT_EXTRA=... prepare.sh (above); bash benchmarks/gpu/travel.sh slim
+#   call 1, carry [".devkit/a"]: mkdir -p /root/devkit && cp .devkit/a/* /root/devkit/
+#   call 2, carry [".devkit/b", ".gpucarry"]: bash .devkit/b/install.sh && HISTORY_DB=... MEASUREMENTS=...
+#           LIMIT=520 bash benchmarks/gpu/session.sh history ARGS   (timeout_s 600)
+#   call 3: LIMIT=<what is left, less a minute> bash benchmarks/gpu/session.sh history ARGS
+#   here:   give the machine back; bash benchmarks/gpu/travel.sh restore; unpack gpu-history.tgz
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
@@ -31,7 +40,8 @@
 # history DB and the measurement file persist on the warm machine, so the next call
 # with the same arguments completes the history and resumes the comparison where it was
 # cut. Into a fresh machine, carry the returned files, or the committed export of the
-# H100 history of 2026-11-22 (12 ResNet-50 layers at 64 trials, one at 32, 10 at one):
+# H100 history of 2026-11-22 (12 ResNet-50 layers at 64 trials, one at 32, 10 at one;
+# after `travel.sh slim`, .gpucarry/history_guided_cuda_history.json.gz):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
 # and, to go on from the earlier sessions' comparisons (13,137 H100 measurements: all six
