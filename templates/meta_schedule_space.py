@@ -276,8 +276,9 @@ class MetaScheduleSpace(KnobSpace):
         threads, vthreads = self.thread_counts(config)
         if threads > self.max_threads or vthreads > MAX_VTHREAD or threads < self.min_threads:
             return f"{threads} threads / {vthreads} vthreads per block exceed the device limits"
-        if threads * vthreads * self.thread_work(config) * 4 > self.max_local_bytes:
-            return f"{threads * vthreads * self.thread_work(config) * 4} bytes of registers per block exceed the device's {self.max_local_bytes}"
+        local = threads * vthreads * self.thread_work(config) * 4
+        if local > self.max_local_bytes:
+            return f"{local} bytes of registers per block exceed the device's {self.max_local_bytes}"
         shared = self.shared_bytes(config)
         if shared is not None and shared > self.max_shared_bytes:
             return f"{shared} bytes of shared memory per block exceed the device's {self.max_shared_bytes}"
