@@ -360,6 +360,7 @@ class GuidedGATuner(GATuner):
         screen: int = 4,
         hedge_cap: int = 1,
         handover: int | None = None,
+        handover_local_share: float = HANDOVER_LOCAL_SHARE,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
@@ -368,6 +369,9 @@ class GuidedGATuner(GATuner):
         if int(handover) < 0:
             raise ValueError(f"handover is a number of measured configs (0: never), not {handover!r}")
         self.handover = int(handover)
+        if not 0.0 <= float(handover_local_share) <= 1.0:
+            raise ValueError(f"handover_local_share is a fraction of the successor's batch in [0, 1], not {handover_local_share!r}")
+        self.handover_local_share = float(handover_local_share)
         self.successor: Tuner | None = None
         self.handed_over_at: int | None = None
         if int(hedge_cap) < 1:
@@ -428,7 +432,7 @@ class GuidedGATuner(GATuner):
         from search.xgb_tuner import TransferXGBTuner
 
         nxt = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
-                               local_share=HANDOVER_LOCAL_SHARE)
+                               local_share=self.handover_local_share)
         nxt.state.seen |= self.state.seen
         nxt.tell(self.state.results)
         self.successor = nxt

@@ -858,6 +858,29 @@ def test_gga_hands_a_shallow_historys_layer_to_transfer_xgb_after_its_first_popu
         assert kept.handover == 0 and kept.successor is None and kept.handed_over_at is None
     with pytest.raises(ValueError, match="handover"):
         make_tuner("gga", target, priors=shallow, handover=-1)
+    with pytest.raises(ValueError, match="handover_local_share"):
+        make_tuner("gga", target, priors=shallow, handover_local_share=1.5)
+
+
+def test_the_hand_over_can_go_to_transfer_xgb_without_its_one_knob_moves(target):
+    """``handover_local_share=0``: the successor is transfer XGBoost as it is (which
+    part of the hand-over's gain is the moves, run 50)."""
+    source = MatmulSpace(64, 128, 64)
+    shallow = shallow_priors(source) + shallow_priors(source, "dense_64_128_64_again")
+    opts = dict(seed=5, layer_features=target.layer_features)
+    gga = make_tuner("gga", target, priors=shallow, handover_local_share=0.0, **opts)
+    bench = SynthBench(target)
+    while len(gga.state.results) < gga.handover:
+        gga.tell(bench.measure(gga.ask(8)))
+    twin = make_tuner("tl_xgb", target, priors=shallow, **opts)
+    twin.tell(gga.state.results)
+    for _ in range(2):
+        cfgs = gga.ask(8)
+        assert [config_to_json(c) for c in cfgs] == [config_to_json(c) for c in twin.ask(8)]
+        results = bench.measure(cfgs)
+        gga.tell(results)
+        twin.tell(results)
+    assert gga.successor.local_share == 0.0
 
 
 # --------------------------------------------------------------------------------------
