@@ -59,7 +59,9 @@ Where history is shallow (its sources hold a median under 128 measured configs e
 :func:`search.tuner.shallow_history`) the guided GA measures its first population,
 history's configs, and then hands the layer to transfer XGBoost (``handover``: the
 population size by default there, never where history is deep; 0 never), told every
-result, with one-knob moves off the best config (``HANDOVER_LOCAL_SHARE``). A short
+result, with one-knob moves off the best config (``HANDOVER_LOCAL_SHARE``;
+``handover_local_share`` sets it, and without them the hand-over gained nothing on the
+layers where it gains, run 50). A short
 search's winners are unconverged, and a GA breeding around them stays near them. On a
 32-deep `znver4` history (run 46b, ten seeds) the hand-over ended lower on the first
 conv and conv2d1 (196.4 against 209.2 us, 152.8 against 156.2) and higher on no layer,
