@@ -99,7 +99,7 @@ def check_draws(models: list[str], draws: int, size: int | None, target, seed: i
                 continue
             space, unbounded, verifier = _spaces(layer, target)
             row = {"model": model, "layer": layer.name, "op_class": layer.op_class,
-                   "estimated_sketches": sum(f is not None for f in space._shared), "sketches": len(space._shared),
+                   "estimated_sketches": sum(space.shared_estimated), "sketches": len(space.shared_estimated),
                    "over": 0, "under": 0, "no_estimate": 0, "over_but_verified": 0, "under_but_limit_decides": 0}
             row["default_applies"] = _passes(space, space.default_config())
             rng = np.random.default_rng(seed)

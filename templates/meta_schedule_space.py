@@ -100,6 +100,7 @@ class MetaScheduleSpace(KnobSpace):
         before 2026-11-26: its configs are the same, but its sampling, mutation and
         search draw as they did then, so measurements made then replay exactly."""
         import tvm
+        from tvm.s_tir import Schedule
         from tvm.s_tir import meta_schedule as ms
 
         self.target = target
@@ -162,14 +163,13 @@ class MetaScheduleSpace(KnobSpace):
         self.max_local_bytes = int(target.attrs.get("registers_per_block", 65536)) if kind == "cuda" else 0
         # ... and shared memory by the target's limit: estimated per sketch from its trace.
         self.max_shared_bytes = int(target.attrs.get("max_shared_memory_per_block", 49152)) if kind == "cuda" else 0
-        self._shared = [
-            SharedFootprint.of_sketch(
-                sketch.trace, {s.inst_index: s.knob for s in samplers if s.kind == "tile"}, self.mod["main"]
-            )
-            if kind == "cuda" and estimate_shared
-            else None
-            for sketch, samplers in zip(self.sketches, self._samplers)
-        ]
+        self._shared: list[SharedFootprint | None] = [None] * len(self.sketches)
+        if kind == "cuda" and estimate_shared:
+            plain = Schedule(self.mod, debug_mask="none")
+            self._shared = [
+                SharedFootprint.of_sketch(sketch.trace, {s.inst_index: s.knob for s in samplers if s.kind == "tile"}, plain)
+                for sketch, samplers in zip(self.sketches, self._samplers)
+            ]
 
     # --- knob naming ----------------------------------------------------------------------
     def _samplers_of(self, trace) -> list[_Sampler]:
@@ -284,10 +284,15 @@ class MetaScheduleSpace(KnobSpace):
             return f"{shared} bytes of shared memory per block exceed the device's {self.max_shared_bytes}"
         return None
 
+    @property
+    def shared_estimated(self) -> tuple[bool, ...]:
+        """Per sketch: whether its shared memory is estimated (else VerifyGPUCode alone judges it)."""
+        return tuple(f is not None for f in self._shared)
+
     def shared_bytes(self, config: Mapping[str, Any]) -> int | None:
         """Shared memory ``config`` allocates per thread block on CUDA, estimated from
         its sketch (:mod:`templates.shared_memory`); None where there is no estimate."""
-        footprint = self._shared[int(config.get("sketch", 0))] if self._shared else None
+        footprint = self._shared[int(config.get("sketch", 0))]
         return None if footprint is None else footprint.nbytes(config)
 
     def thread_work(self, config: Mapping[str, Any]) -> int:

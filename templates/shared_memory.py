@@ -60,19 +60,18 @@ class SharedFootprint:
         return sum(b.nbytes(config) for b in self.buffers)
 
     @classmethod
-    def of_sketch(cls, trace, tile_knobs: Mapping[int, str], func) -> "SharedFootprint | None":
-        """Read ``trace`` (a sketch of ``func``); ``tile_knobs`` names the knob of each
-        ``SamplePerfectTile`` by its instruction index. None where the trace does not
-        fit the reading above."""
+    def of_sketch(cls, trace, tile_knobs: Mapping[int, str], plain) -> "SharedFootprint | None":
+        """Read ``trace``, a sketch of the function ``plain`` (an unscheduled
+        ``tvm.s_tir.Schedule`` of it, shared by its sketches) schedules; ``tile_knobs``
+        names the knob of each ``SamplePerfectTile`` by its instruction index. None
+        where the trace does not fit the reading above."""
         try:
-            return cls._read(trace, tile_knobs, func)
+            return cls._read(trace, tile_knobs, plain)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             return None
 
     @classmethod
-    def _read(cls, trace, tile_knobs: Mapping[int, str], func) -> "SharedFootprint | None":
-        from tvm.s_tir import Schedule
-
+    def _read(cls, trace, tile_knobs: Mapping[int, str], plain) -> "SharedFootprint | None":
         block_names: dict[Any, str] = {}
         loop_iter: dict[Any, tuple[str, int]] = {}  # a block's loop -> (block, iterator position)
         iter_knob: dict[tuple[str, int], str] = {}
@@ -122,7 +121,6 @@ class SharedFootprint:
         if order is None or (stages is not None and len(stages) != len(caches) + 1):
             return None
 
-        sch = Schedule(func)
         buffers = []
         for c, (cache, (block_name, read_index)) in enumerate(caches.items()):
             at = computed_at.get(cache)
@@ -137,7 +135,7 @@ class SharedFootprint:
                 axis = bound.get(fused_into.get(loop), bound.get(loop, ""))
                 if position >= inside_from or axis.startswith(("vthread", "threadIdx")):
                     parts.setdefault(knob, []).append(j)
-            block = sch.get(sch.get_sblock(block_name))
+            block = plain.get(plain.get_sblock(block_name))
             read = block.reads[read_index]
             dims = []
             for rng in read.region:
