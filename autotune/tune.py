@@ -578,18 +578,19 @@ class TuneSession:
         """Apply, build and time a batch; every outcome is written to history at once."""
         from search.tuner import TrialResult
         from templates import InvalidConfig
+        from templates.apply_many import apply_many
 
         mods, slots, results = [], [], [None] * len(configs)
-        for i, cfg in enumerate(configs):
-            try:
-                mods.append(space.apply(cfg))
-                slots.append(i)
-            except InvalidConfig as err:
+        for i, (cfg, applied) in enumerate(zip(configs, apply_many([(space, cfg) for cfg in configs]))):
+            if isinstance(applied, InvalidConfig):
                 self.store.add_record(
                     workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id, config=cfg,
-                    samples=[], status="invalid", error=str(err), run_id=self.run_id, tuner=tuner_name,
+                    samples=[], status="invalid", error=str(applied), run_id=self.run_id, tuner=tuner_name,
                 )
                 results[i] = TrialResult(cfg, None, "invalid")
+            else:
+                mods.append(applied)
+                slots.append(i)
         measured: list[Measurement] = self.measurer.measure(mods) if mods else []
         for i, res in zip(slots, measured):
             self.store.add_record(

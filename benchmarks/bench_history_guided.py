@@ -179,20 +179,24 @@ class CachedMeasurer:
         the rest behind the tail. A config asked twice (two seeds) is measured once."""
         from search.tuner import TrialResult
         from templates import InvalidConfig, config_to_json
+        from templates.apply_many import apply_many
 
-        out, todo, rejected = {}, {}, []
+        out, asked, rejected = {}, {}, []
         t0 = time.perf_counter()
         for layer_key, space, configs in groups:
             for cfg in configs:
                 key = (layer_key, config_to_json(cfg))
                 if key in self.cache:
                     out[key] = self.cache[key]
-                elif key not in todo and key not in out:
-                    try:
-                        todo[key] = space.apply(cfg)
-                    except InvalidConfig:
-                        out[key] = (None, "invalid")
-                        rejected.append((key, out[key]))
+                elif key not in asked:
+                    asked[key] = (space, cfg)
+        todo = {}
+        for key, applied in zip(asked, apply_many(list(asked.values()))):
+            if isinstance(applied, InvalidConfig):
+                out[key] = (None, "invalid")
+                rejected.append((key, out[key]))
+            else:
+                todo[key] = applied
         self.apply_seconds += time.perf_counter() - t0
         kept = rejected
         if todo:
@@ -292,16 +296,15 @@ class ReplayMeasurer:
 
         bench = self._benches.get(layer_key)
         if bench is None:
-            bench = self._benches[layer_key] = ReplayBench(space, self.tables.get(layer_key, []), missing="nearest")
+            self.check_holds([layer_key])
+            bench = self._benches[layer_key] = ReplayBench(space, self.tables[layer_key], missing="nearest")
         self.asked += len(configs)
         out = []
         for cfg in configs:
             if config_to_json(cfg) not in bench.table:
                 # Files of older runs lack the configs the space rejected: judge those
                 # here (the space is the same), so they are not given a latency.
-                try:
-                    space.apply(cfg)
-                except InvalidConfig:
+                if not space.applies(cfg):
                     out.append(TrialResult(cfg, None, "invalid"))
                     continue
                 self.nearest += 1
@@ -311,6 +314,16 @@ class ReplayMeasurer:
 
     def measure_groups(self, groups):
         return [self.measure(layer_key, space, configs) for layer_key, space, configs in groups]
+
+    def check_holds(self, layers: dict[str, str] | list[str]) -> None:
+        """End the run with one line unless the file holds a valid measurement of every
+        layer (key, or key -> name): for a layer it lacks every answer would be
+        "invalid", and its tuner would ask on for ever."""
+        names = layers if isinstance(layers, dict) else {key: key for key in layers}
+        lacking = [name for key, name in names.items() if not any(r["status"] == "ok" for r in self.tables.get(key, []))]
+        if lacking:
+            raise SystemExit(f"error: --replay: the file holds no valid measurement on {self.target_key} of "
+                             f"{', '.join(lacking)}; a replay answers only layers that were measured")
 
     def cost_summary(self) -> str:
         return f"replayed, {self.nearest} of {self.asked} answered by the nearest measured config"
@@ -729,6 +742,9 @@ def main() -> int:
     parser.add_argument("--history-trials", type=int, default=48, help="records per history layer")
     parser.add_argument("--history-tuner", default="random", choices=("random", "xgb"),
                         help="how history was made: a random sample, or a cold-XGBoost tuning run per source layer")
+    parser.add_argument("--history-seed", type=int, default=1234,
+                        help="seed of the history tuner's runs (default 1234); a --tuners seed (0, 1, ...) makes history "
+                             "the runs a measurement file already holds for those layers")
     parser.add_argument("--target", default="llvm", help="llvm, or cuda on a GPU machine")
     parser.add_argument("--history-db", help="keep the history here; an existing file is reused and completed, not rebuilt")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3,resnet18:4,resnet18:7,resnet18:11,mobilenetv2:5",
@@ -804,25 +820,36 @@ def main() -> int:
         if cm.loaded:
             log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
     targets = [(spec.partition(":")[0], layer_at(spec, args.size)) for spec in args.targets.split(",")]
+    tuners = args.tuners.split(",")
+    # A misspelt tuner or option ends the run here, not after the history is built.
+    probe_layer = targets[0][1]
+    probe_space = MetaScheduleSpace(probe_layer.func, target.tvm_target, name=probe_layer.name, **space_options)
+    for spec in tuners:
+        make_run_tuner(spec, probe_space, probe_layer, seed=0, priors=[])
     # Kept out of history and matching: recorded with the result, since a replay that keeps
     # out other layers draws on another history and gives other guided curves.
     kept_out = [*args.targets.split(","), *filter(None, (args.exclude or "").split(","))]
     exclude = {layer_at(spec, args.size).workload_key for spec in kept_out}
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
     fresh_db = not os.path.exists(db)
+    if args.replay:  # before any database is written
+        must_hold = {layer.workload_key: f"{model}:{layer.name}" for model, layer in targets}
+        if fresh_db:
+            must_hold.update({layer.workload_key: f"--source {spec}: {layer.name}" for spec in args.source.split(",")
+                              for layer in source_layers(spec, args.size) if layer.workload_key not in exclude})
+        cm.check_holds(must_hold)
     store = open_history(db)
     # An earlier run's history is the same evidence: only what it lacks is measured. A
     # replay adds nothing to an existing history; a new one it builds from the file, as
     # the recorded run built it (answers the file lacks are counted as approximated).
     history_trials = args.history_trials if (fresh_db or not args.replay) else 0
     made_by = build_history(store, target, cm, args.source.split(","), args.size, history_trials,
-                            seed=1234, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch,
+                            seed=args.history_seed, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch,
                             space_options=space_options)
     n_hist = made_by.total()
     t_hist = time.perf_counter() - t_start
     log(f"history: {n_hist} records in {t_hist:.0f} s, {', '.join(kept_out)} kept out ({cm.cost_summary()})")
 
-    tuners = args.tuners.split(",")
     per_layer = []
 
     def assemble(rows: list[dict]) -> dict:

@@ -53,16 +53,6 @@ def _spaces(layer, target):
     return space, unbounded, verifier
 
 
-def _passes(space, config) -> bool:
-    from templates import InvalidConfig
-
-    try:
-        space.apply(config)
-    except InvalidConfig:
-        return False
-    return True
-
-
 def check_file(path: str, specs: list[str], size: int, target) -> dict:
     """Recorded statuses against the estimate, per layer."""
     from bench_history_guided import layer_at
@@ -101,7 +91,7 @@ def check_draws(models: list[str], draws: int, size: int | None, target, seed: i
             row = {"model": model, "layer": layer.name, "op_class": layer.op_class,
                    "estimated_sketches": sum(space.shared_estimated), "sketches": len(space.shared_estimated),
                    "over": 0, "under": 0, "no_estimate": 0, "over_but_verified": 0, "under_but_limit_decides": 0}
-            row["default_applies"] = _passes(space, space.default_config())
+            row["default_applies"] = space.applies(space.default_config())
             rng = np.random.default_rng(seed)
             for _ in range(draws):
                 cfg = unbounded.random_config(rng)
@@ -110,10 +100,10 @@ def check_draws(models: list[str], draws: int, size: int | None, target, seed: i
                     row["no_estimate"] += 1
                 elif shared > space.max_shared_bytes:
                     row["over"] += 1
-                    row["over_but_verified"] += _passes(verifier, cfg)
+                    row["over_but_verified"] += verifier.applies(cfg)
                 else:
                     row["under"] += 1
-                    row["under_but_limit_decides"] += _passes(verifier, cfg) != _passes(unbounded, cfg)
+                    row["under_but_limit_decides"] += verifier.applies(cfg) != unbounded.applies(cfg)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     return {"layers": rows, "totals": {k: sum(r[k] for r in rows) for k in

@@ -335,16 +335,18 @@ class MetaScheduleSpace(KnobSpace):
             for knob in self.knobs:  # knobs only other sketches use: their first candidate
                 cfg.setdefault(knob.name, knob.candidates[0])
             cfg = self.from_indices(self.to_indices(cfg))
-            if self._valid(cfg):
+            if self.applies(cfg):
                 return cfg
         rng = np.random.default_rng(0)
         for _ in range(500):
             cfg = self.random_config(rng)
-            if self._valid(cfg):
+            if self.applies(cfg):
                 return cfg
         raise InvalidConfig("no valid point found in 500 draws")
 
-    def _valid(self, config: Mapping[str, Any]) -> bool:
+    def applies(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config`` gives a program: the sketch replays and every
+        postprocessor (on CUDA, GPU code verification last) accepts it."""
         try:
             self.apply(config)
         except InvalidConfig:

@@ -125,6 +125,50 @@ def test_a_bad_tuner_spec_ends_the_benchmark_with_one_line(spec, says):
     assert str(exit_.value).startswith(f"error: --tuners {spec}:") and "\n" not in str(exit_.value)
 
 
+def test_a_bad_tuner_spec_ends_the_benchmark_before_history_is_built(tmp_path, monkeypatch):
+    """A misspelt option in the last of several tuners once ended the run only after the
+    whole history was measured (minutes of the lent GPU's time); it ends it at once, and
+    no database or measurement file is written."""
+    import bench_history_guided
+
+    db, measurements = tmp_path / "history.db", tmp_path / "measurements.jsonl"
+    monkeypatch.setattr(sys, "argv", [
+        "bench_history_guided.py", "--history-db", str(db), "--measurements", str(measurements),
+        "--source", "resnet18:1", "--history-trials", "4", "--size", "32", "--targets", "resnet18:0",
+        "--tuners", "xgb,gga:pop_sise=16", "--trials", "2", "--seeds", "1"])
+    with pytest.raises(SystemExit, match="pop_sise") as exit_:
+        bench_history_guided.main()
+    assert str(exit_.value).startswith("error: --tuners gga:pop_sise=16:")
+    assert not db.exists() and not measurements.exists()
+
+
+def test_a_replay_of_a_layer_the_file_lacks_ends_with_one_line(tmp_path, monkeypatch):
+    """Every answer for a layer the file never measured would be "invalid", and its tuner
+    asked on for ever (a replay here ran 4,600 rounds before it was stopped); it ends at
+    once, before a new database is written."""
+    import bench_history_guided
+
+    target = resolve_target("llvm")
+    layer = layer_at("resnet18:0", 32)
+    space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+    replay = tmp_path / "measurements.jsonl"
+    replay.write_text(json.dumps({"target": target.key, "layer": layer.workload_key, "latency": 1e-4, "status": "ok",
+                                  "config": config_to_json(space.default_config())}) + "\n")
+    db = tmp_path / "history.db"
+
+    def run(*args: str) -> None:
+        monkeypatch.setattr(sys, "argv", ["bench_history_guided.py", "--replay", str(replay), "--history-db", str(db),
+                                          "--size", "32", "--tuners", "xgb", "--trials", "1", "--seeds", "1", *args])
+        bench_history_guided.main()
+
+    with pytest.raises(SystemExit, match="no valid measurement .* of resnet18:conv2d1;") as exit_:
+        run("--targets", "resnet18:1", "--source", "resnet18:0", "--history-trials", "1")
+    assert "\n" not in str(exit_.value) and not db.exists()
+    with pytest.raises(SystemExit, match="of --source resnet18:3: conv2d3;"):
+        run("--targets", "resnet18:0", "--source", "resnet18:3", "--history-trials", "1")
+    assert not db.exists()
+
+
 def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
     _, space, cfgs = _space_and_configs(4, seed=1)
     path = tmp_path / "measurements.jsonl"

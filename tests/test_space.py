@@ -398,13 +398,6 @@ def test_cuda_shared_memory_estimate_decides_as_verify_gpu_code_does(resnet_laye
     verifier_only = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
     assert verifier_only.shared_bytes(space.default_config()) is None  # VerifyGPUCode's own verdict
 
-    def passes(s, cfg) -> bool:
-        try:
-            s.apply(cfg)
-        except InvalidConfig:
-            return False
-        return True
-
     rng = np.random.default_rng(5)
     over = under = 0
     sketches_over = set()
@@ -415,12 +408,12 @@ def test_cuda_shared_memory_estimate_decides_as_verify_gpu_code_does(resnet_laye
         if estimate > space.max_shared_bytes:
             over += 1
             sketches_over.add(cfg.get("sketch", 0))
-            assert not space.is_plausible(cfg) and not passes(verifier_only, cfg), (estimate, cfg)
+            assert not space.is_plausible(cfg) and not verifier_only.applies(cfg), (estimate, cfg)
             with pytest.raises(InvalidConfig, match="shared memory"):
                 space.apply(cfg)
         else:
             under += 1
-            assert passes(verifier_only, cfg) == passes(unbounded, cfg), (estimate, cfg)
+            assert verifier_only.applies(cfg) == unbounded.applies(cfg), (estimate, cfg)
     assert over and under, (over, under)
     if which == "conv2d":  # software-pipelined sketches keep a copy per stage in flight
         assert len(sketches_over) > 1, sketches_over
@@ -467,3 +460,33 @@ def test_spaces_need_no_tensor_intrinsics():
     assert result["registered"] == []
     assert all(result["without"][t] and all(result["without"][t]) for t in result["without"])
     assert result["without"] == result["with"]
+
+
+def test_a_batch_applied_on_threads_gives_the_serial_programs(cuda_space, llvm_space):
+    """The pipeline applies a batch on threads (TVM's C++ runs with the GIL released):
+    every module is the one a serial apply gives, in the order asked, and a rejected
+    config comes back as its InvalidConfig in its place, across two spaces at once."""
+    import tvm_ffi
+
+    from templates.apply_many import apply_many
+
+    rng = np.random.default_rng(3)
+    items = [(space, space.random_config(rng)) for _ in range(12) for space in (cuda_space, llvm_space)]
+    too_many = dict(items[0][1])
+    for knob in cuda_space.knobs:  # every spatial tile's threadIdx part as large as it goes
+        if knob.kind == "tile" and len(knob.candidates[0]) == 5:
+            too_many[knob.name] = max(knob.candidates, key=lambda c: c[2])
+    items.insert(5, (cuda_space, too_many))
+
+    serial = apply_many(items, threads=1)
+    threaded = apply_many(items, threads=4)
+    assert isinstance(serial[5], InvalidConfig) and isinstance(threaded[5], InvalidConfig)
+    assert str(threaded[5]) == str(serial[5])
+    valid = [i for i, mod in enumerate(serial) if not isinstance(mod, InvalidConfig)]
+    assert len(valid) >= 20, len(valid)
+    for i in range(len(items)):
+        if i in valid:
+            assert tvm_ffi.structural_equal(threaded[i], serial[i]), i
+            assert tvm_ffi.structural_equal(serial[i], items[i][0].apply(items[i][1])), i
+        else:
+            assert isinstance(threaded[i], InvalidConfig), i
