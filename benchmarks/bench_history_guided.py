@@ -428,17 +428,26 @@ class Run:
     overhead: float = 0.0  # seconds in ask and tell: model training and search, no measurement
 
 
-def lockstep(runs: list[Run], cm, batch: int, on_round: Callable[[int, list[Run]], None] | None = None) -> None:
-    """Drive ``runs`` side by side: each round asks every unfinished run for its next
-    batch, measures all the batches as one (``cm.measure_groups``) and tells each run its
+def lockstep(runs: list[Run], cm, batch: int, on_round: Callable[[int, list[Run]], None] | None = None,
+             max_active: int | None = None, on_finish: Callable[[Run], None] | None = None) -> None:
+    """Drive ``runs`` side by side: each round asks every active run for its next batch,
+    measures all the batches as one (``cm.measure_groups``) and tells each run its
     results.
 
     Each run sees what it would see alone: a distinct config is measured once and then
     answered from the cache whichever run asks first. Only the order of measurements
     changes, and with it how full the build workers are: on the GPU machine one run's
     batch of 16 left 15 of 16 workers waiting on the slowest build.
+
+    With ``max_active``, at most that many runs are active, in list order, and a run that
+    finishes makes room for the next: one layer's last rounds, where a few runs are left
+    (conv2d1 on the H100: a round of 30 new configs took 21 s, one of 258 took 55 s), are
+    filled with the next layer's first, so only the last layer's tail runs part-empty.
+    ``on_finish`` is told of each finished run.
     """
-    active = [r for r in runs if r.done < r.trials]
+    queue = [r for r in runs if r.done < r.trials]
+    limit = max_active or len(queue) or 1
+    active, queue = queue[:limit], queue[limit:]
     rnd = 0
     while active:
         asked = []
@@ -461,7 +470,13 @@ def lockstep(runs: list[Run], cm, batch: int, on_round: Callable[[int, list[Run]
                 run.curve.append(run.best)
             if run.on_results is not None:
                 run.on_results(results)
-        active = [run for run, _ in live if run.done < run.trials]
+        going = [run for run, _ in live if run.done < run.trials]
+        if on_finish is not None:
+            for run in active:
+                if not any(run is g for g in going):
+                    on_finish(run)
+        room = limit - len(going)
+        active, queue = going + queue[:room], queue[room:]
         rnd += 1
         if on_round is not None:
             on_round(rnd, active)
@@ -879,15 +894,8 @@ def main() -> int:
             "arguments": {k: v for k, v in vars(args).items() if v is not None},
         }
 
-    for model, layer in targets:
-        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options)
-        score, priors = priors_for(store, layer, target, exclude, args.other_target_discount,
-                                   space=None if args.no_vector_restating else space)
-        runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)
-                for t in tuners for seed in range(args.seeds)}
-        # Every tuner and seed of the layer side by side: one build batch per round.
-        lockstep(list(runs.values()), cm, args.batch, lambda rnd, active: log(
-            f"{model}:{layer.name} round {rnd}: {len(active)} of {len(runs)} runs unfinished ({cm.measured} measured; {cm.cost_summary()})"))
+    def layer_row(model, layer, space, score, priors, runs) -> dict:
+        """One target layer's result, once every tuner and seed on it has finished."""
         curves = {t: [runs[t, seed].curve for seed in range(args.seeds)] for t in tuners}
         overhead = {t: [runs[t, seed].overhead / max(len(runs[t, seed].curve), 1) for seed in range(args.seeds)] for t in tuners}
         for (t, seed), run in runs.items():
@@ -935,13 +943,44 @@ def main() -> int:
                 row[f"{base}/{guided}@match_baseline"] = trials_to_match_baseline(row, guided, base, args.trials)
                 row[f"{base}/{guided}@within_5pct_of_baseline"] = trials_to_match_baseline(row, guided, base, args.trials, 0.05)
                 row[f"{base}/{guided}@final_latency_test"] = final_latency_test(row, guided, base)
+        return row
+
+    # Every tuner and seed of a layer side by side, one build batch per round; a layer's
+    # last rounds are filled with the next layer's first runs.
+    layer_runs = []
+    for model, layer in targets:
+        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options)
+        score, priors = priors_for(store, layer, target, exclude, args.other_target_discount,
+                                   space=None if args.no_vector_restating else space)
+        runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)
+                for t in tuners for seed in range(args.seeds)}
+        layer_runs.append((model, layer, space, score, priors, runs))
+    layer_of = {id(run): i for i, (*_, runs) in enumerate(layer_runs) for run in runs.values()}
+    unfinished = [len(runs) for *_, runs in layer_runs]
+    rows: dict[int, dict] = {}
+
+    def finished(run: Run) -> None:
+        i = layer_of[id(run)]
+        unfinished[i] -= 1
+        if unfinished[i]:
+            return
+        rows[i] = row = layer_row(*layer_runs[i])
+        per_layer[:] = [rows[k] for k in sorted(rows)]  # in --targets order, whichever finished first
         printable = {k: v for k, v in row.items() if k != "tuners"}
         printable["tuners"] = {t: {k: v for k, v in e.items() if k != "curves"} for t, e in row["tuners"].items()}
-        per_layer.append(row)
         print(json.dumps(printable), file=sys.stderr, flush=True)
         if args.out:  # partial results survive a run cut short
             with open(args.out, "w", encoding="utf-8") as fh:
                 json.dump(assemble(per_layer), fh, indent=1, default=str)
+
+    def progress(rnd: int, active: list[Run]) -> None:
+        going = sorted({layer_of[id(run)] for run in active})
+        names = ", ".join(f"{layer_runs[i][0]}:{layer_runs[i][1].name}" for i in going)
+        log(f"round {rnd}: {len(active)} runs active ({names or 'none'}), {sum(unfinished)} of {len(layer_of)} unfinished "
+            f"({cm.measured} measured; {cm.cost_summary()})")
+
+    lockstep([run for *_, runs in layer_runs for run in runs.values()], cm, args.batch, progress,
+             max_active=len(tuners) * args.seeds, on_finish=finished)
 
     result = assemble(per_layer)
     cm.close()

@@ -282,6 +282,20 @@ def test_runs_side_by_side_see_what_they_see_alone(tmp_path):
         assert joint.best == min(c for c in joint.curve if c is not None)
     assert rounds == [4, 4, 0]  # 8 + 8 + 4 trials each
 
+    # At most two active, the next starting as one finishes: still the same curves.
+    rolling = [run(*s) for s in specs]
+    rolling[1].trials = 12  # finishes a round before the others: the third takes its place
+    done, active_per_round = [], []
+    lockstep(rolling, ReplayMeasurer(str(path), "llvm:x:cpu"), batch=8, max_active=2, on_finish=done.append,
+             on_round=lambda k, active: active_per_round.append([rolling.index(r) for r in active]))
+    for spec, joint in zip(specs, rolling):
+        alone = run(*spec)
+        alone.trials = joint.trials
+        lockstep([alone], ReplayMeasurer(str(path), "llvm:x:cpu"), batch=8)
+        assert joint.curve == alone.curve and len(joint.curve) == joint.trials, spec
+    assert [rolling.index(r) for r in done] == [1, 0, 2, 3]
+    assert active_per_round == [[0, 1], [0, 2], [2, 3], [2, 3], [3], []]
+
 
 def test_one_build_batch_measures_a_config_asked_twice_once():
     """Two seeds proposing the same config in one round: one build, one answer for both."""
