@@ -831,6 +831,13 @@ def main() -> int:
         cm = ReplayMeasurer(args.replay, replay_key)
         log(f"replaying {cm.loaded} measurements on {replay_key} from {args.replay}")
     else:
+        from autotune.errors import AutotuneError
+        from autotune.tune import ensure_measurable
+
+        try:  # no run_error lines in the measurement file from a machine without the device
+            ensure_measurable(target, None)
+        except AutotuneError as err:
+            raise SystemExit(f"error: {err}; --replay FILE answers from a measurement file instead") from None
         cm = CachedMeasurer(target, args.repeat, args.measurements)
         if cm.loaded:
             log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")

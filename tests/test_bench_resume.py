@@ -142,6 +142,24 @@ def test_a_bad_tuner_spec_ends_the_benchmark_before_history_is_built(tmp_path, m
     assert not db.exists() and not measurements.exists()
 
 
+def test_measuring_for_a_device_this_machine_lacks_is_refused(tmp_path, monkeypatch):
+    """On a machine with no GPU, ``--target cuda:sm_90`` once built every candidate and
+    filled the measurement file with run errors; it ends at once, nothing written."""
+    import bench_history_guided
+
+    if resolve_target("cuda:sm_90").has_device:
+        pytest.skip("this machine has the device")
+    db, measurements = tmp_path / "history.db", tmp_path / "measurements.jsonl"
+    monkeypatch.setattr(sys, "argv", [
+        "bench_history_guided.py", "--target", "cuda:sm_90", "--history-db", str(db), "--measurements", str(measurements),
+        "--source", "resnet18:1", "--history-trials", "4", "--size", "32", "--targets", "resnet18:0",
+        "--tuners", "xgb", "--trials", "2", "--seeds", "1"])
+    with pytest.raises(SystemExit, match="cannot measure on cuda .*--replay FILE") as exit_:
+        bench_history_guided.main()
+    assert str(exit_.value).startswith("error: ") and "\n" not in str(exit_.value)
+    assert not db.exists() and not measurements.exists()
+
+
 def test_a_replay_of_a_layer_the_file_lacks_ends_with_one_line(tmp_path, monkeypatch):
     """Every answer for a layer the file never measured would be "invalid", and its tuner
     asked on for ever (a replay here ran 4,600 rounds before it was stopped); it ends at
