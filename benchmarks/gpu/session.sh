@@ -51,48 +51,53 @@
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
 # Size a call first, here, at no device cost: a --replay of the file with the same
 # arguments counts per layer the answers it lacks ("answered by the nearest measured
-# config"); at 0.25 s each (2026-11-26) that is the device time. On 2026-11-26 conv2d4
-# lacked about 1,430 (6 minutes), and the three layers of 2026-11-24, replayed with
-# today's tuners, 1,412. First, the guided GA without its hand-over on conv2d3 and
-# conv2d1 (a replay screen of 2026-11-26 has it at 4.7x against 2.5x on conv2d3; about 350
-# new measurements, 1.5 minutes):
-#   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
-#     --targets resnet18:3,resnet18:1 --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 \
-#     --trials 100 --seeds 5 --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0" \
-#     --no-shared-memory-estimate
-# The 100-trial run still to finish is, with LIMIT= per call:
-#   bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
-#     --targets resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 --exclude resnet18:3,resnet18:1 \
-#     --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16 --no-shared-memory-estimate
-# `--no-shared-memory-estimate`: since 2026-11-26 the CUDA spaces reject configs over the
-# shared-memory limit before any TVM work (templates/shared_memory.py), so every tuner,
-# the baselines too, draws other configs than the committed curves did (a replay of
-# conv2d3 and conv2d1 without the flag approximates 69% to 93% of each tuner's answers).
-# The flag keeps the spaces as they were, so those curves resume; the same runs with
-# the spaces as shipped are new measurements throughout (about 3,700 for two layers at
-# 100 trials, some 15 minutes).
+# config"); at 0.25 s each (2026-11-26) that is the device time. (A replay of a layer the
+# file never measured stops with one line; a measured run here, with no GPU, is refused.)
 # Keep the same six layers between --targets and --exclude: target layers are kept out of
 # history, and another set changes the history, hence the guided tuners' curves.
-# History depth first (run 43b, benchmarks/HISTORY_GUIDED.md: on LLVM a 32-deep history
-# is worse than none at 100 trials, with the same neighbours as a 256-deep one that gives
-# 32x to 94x). In the H100 history the six targets' nearest neighbours are ResNet-50's
-# conv2d7 (first conv, conv2d1, conv2d3, conv2d4), conv2d13 (conv2d7) and conv2d2
-# (MobileNetV2), each 64 trials deep. Deepen them to 256 (576 measurements, about 3
-# minutes at 0.31 s, 2.5 at 2026-11-26's 0.25 s) by adding to the command above
-#   --source resnet50:7,resnet50:13,resnet50:2 --history-trials 256
-# (in place of `--source resnet50 --history-trials 1`; the other layers stay in the
-# database as they are). That changes every guided curve, so all six layers' guided runs
-# are measured again (on LLVM about 2,800 new measurements for 5 seeds, some 15 minutes
-# here), while the baselines' curves answer from the file (at 100 trials, all but
-# conv2d4's since 2026-11-26, though the first conv, conv2d7 and MobileNetV2's cold
-# XGBoost changed since 2026-11-24). On the 64-deep history as it is, run 45's option
-# (`tl_xgb:local_share=0.5` in --tuners) is the screen to add.
+# `--no-shared-memory-estimate` keeps the CUDA spaces as they were before 2026-11-26, so
+# the committed curves resume (without it every tuner draws other configs: about 3,700
+# new measurements for two layers at 100 trials, some 15 minutes).
+# Since 2026-11-26 the benchmark applies each round's configs on threads (on the H100
+# applying had taken 14 s of a 57-s round, one config after another) and runs the target
+# layers one after another in one lockstep, the next layer's runs filling the last
+# rounds of the one before; the progress lines' `apply` figure says what that gained.
+#
+# The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, fifth session and after):
+# 1. First, on the 64-deep history as it is, the guided GA without its hand-over on conv2d3 and
+#    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new):
+#    step 2's first command with `--source resnet50 --history-trials 1` (nothing to build)
+#    and `--tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0"`.
+#    It has to run before step 2, which changes the database's history for good.
+# 2. History depth. On LLVM a 32-deep history is worse than none at 100 trials, a
+#    256-deep one of the same neighbours gives 32x to 94x (runs 43b, 37). On the H100 the
+#    best of history's mapped winners (64 deep) is slower than the baselines' 100-trial
+#    finals on conv2d3 and conv2d1 (the guided GA's median best after its first 16: 9.7
+#    and 9.2 us, against cold XGBoost's 8.3 and 8.1): history alone cannot put a tuner
+#    at those finals within 10 trials. The targets' nearest neighbours are ResNet-50's conv2d7 (first conv,
+#    conv2d1, conv2d3, conv2d4), conv2d13 (conv2d7) and conv2d2 (MobileNetV2), 64 deep.
+#    Deepen them to 256 with cold XGBoost (576 measurements; `--history-tuner xgb` is
+#    needed, the default is random) and measure the guided tuners again on the two layers
+#    whose baselines the file holds at 100 trials with today's code (up to 2,000 new,
+#    so up to 10 minutes in all; the other ResNet-50 layers stay in the database as they are):
+#      bash benchmarks/gpu/session.sh history --source resnet50:7,resnet50:13,resnet50:2 \
+#        --history-trials 256 --history-tuner xgb --batch 16 \
+#        --targets resnet18:3,resnet18:1 --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 \
+#        --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16 --no-shared-memory-estimate
+#    Then the same with `--targets resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5
+#    --exclude resnet18:3,resnet18:1` (conv2d4's baselines are new: about 1,430 more).
+# 3. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
+#    it): each target's history holds the other targets' layers, as one cold-XGBoost run
+#    each, the file's seed-0 runs (`--history-seed 0`): one call per target, `--targets T
+#    --exclude resnet18:4`, with HISTORY_DB= a database built here from the committed export
+#    and the file at no device cost (the notebook gives the commands). A replay screen of
+#    2026-11-26 approximated 63% to 90% of the guided tuners' answers (about 3,000 new
+#    measurements for five layers), so it says nothing yet; see the notebook.
 # Since run 46 (2026-11-26) the guided GA hands a layer whose history sources hold a
 # median under 128 configs to transfer XGBoost after its first population: on the H100
-# history (64 deep; deepening three neighbours leaves most targets' median at 64) that
-# is after 16 trials with `gga:pop_size=16`. The sessions before 2026-11-26 made their GA
-# curves without it (`"gga:pop_size=16;handover=0"` in --tuners, quoted); conv2d3 and
-# conv2d1's 100-trial curves of 2026-11-26 have it.
+# history that is after 16 trials with `gga:pop_size=16` (deepening three neighbours
+# leaves most targets' median at 64). The sessions before 2026-11-26 made their GA curves
+# without it (`"gga:pop_size=16;handover=0"` in --tuners, quoted).
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback
