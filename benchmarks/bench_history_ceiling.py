@@ -29,7 +29,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from _emit import emit  # noqa: E402
-from bench_history_guided import CachedMeasurer, layer_at, log, priors_for  # noqa: E402
+from history_guided.history_setup import priors_for  # noqa: E402
+from history_guided.layers import layer_at  # noqa: E402
+from history_guided.measurers import CachedMeasurer  # noqa: E402
+from history_guided.progress import log  # noqa: E402
 
 #: The prefixes of history's order reported (those up to --k).
 PREFIXES = (1, 4, 8, 16, 32, 64, 128, 256, 512)

@@ -93,7 +93,7 @@ def main() -> int:
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args()
 
-    from bench_history_guided import layer_at
+    from history_guided.layers import layer_at
 
     from autotune.target import float_lanes, resolve_target
     from autotune.tune import priors_from_match

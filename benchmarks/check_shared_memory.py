@@ -55,7 +55,7 @@ def _spaces(layer, target):
 
 def check_file(path: str, specs: list[str], size: int, target) -> dict:
     """Recorded statuses against the estimate, per layer."""
-    from bench_history_guided import layer_at
+    from history_guided.layers import layer_at
 
     from templates import config_from_json
     from templates.meta_schedule_space import MetaScheduleSpace

@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from _emit import emit  # noqa: E402
-from bench_history_guided import CachedMeasurer, source_layers  # noqa: E402
+from history_guided.layers import source_layers  # noqa: E402
+from history_guided.measurers import CachedMeasurer  # noqa: E402
 
 
 def main() -> int:

@@ -21,25 +21,18 @@ from templates import config_to_json  # noqa: E402
 from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_history_guided import (  # noqa: E402
-    CachedMeasurer,
-    ReplayMeasurer,
-    Run,
+from history_guided.history_setup import build_history  # noqa: E402
+from history_guided.layers import layer_at, layers_of, source_layers  # noqa: E402
+from history_guided.lockstep import Run, lockstep  # noqa: E402
+from history_guided.measurers import CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
+from history_guided.scoring import (  # noqa: E402
     as_dispatched,
-    build_history,
-    check_best,
     dispatched_comparison,
     final_latency_test,
     final_latency_verdict,
-    layer_at,
-    layers_of,
-    lockstep,
-    make_run_tuner,
-    markdown_table,
-    pairs_of,
-    parse_tuner,
-    source_layers,
 )
+from history_guided.tables import markdown_table  # noqa: E402
+from history_guided.tuner_specs import make_run_tuner, pairs_of, parse_tuner  # noqa: E402
 from search import make_tuner  # noqa: E402
 
 
