@@ -70,7 +70,9 @@
 #    and `--tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0"`.
 #    It has to run before step 2, which changes the database's history for good.
 # 2. History depth. On LLVM a 32-deep history is worse than none at 100 trials, a
-#    256-deep one of the same neighbours gives 32x to 94x (runs 43b, 37). On the H100 the
+#    256-deep one of the same neighbours gives 32x to 94x (runs 43b, 37), and a 32-deep
+#    one with only each target's nearest neighbour at 256 gives the all-deep medians
+#    back (run 51: 69.4x and 71.4x, against 13.8x and 40.7x all 32 deep). On the H100 the
 #    best of history's mapped winners (64 deep) is slower than the baselines' 100-trial
 #    finals on conv2d3 and conv2d1 (the guided GA's median best after its first 16: 9.7
 #    and 9.2 us, against cold XGBoost's 8.3 and 8.1): history alone cannot put a tuner
