@@ -148,12 +148,10 @@ def main() -> int:
         if cm.loaded:
             log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
     targets = [(spec.partition(":")[0], layer_at(spec, args.size)) for spec in args.targets.split(",")]
+    spaces = [MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options) for _, layer in targets]
     tuners = args.tuners.split(",")
-    # A misspelt tuner or option ends the run here, not after the history is built.
-    probe_layer = targets[0][1]
-    probe_space = MetaScheduleSpace(probe_layer.func, target.tvm_target, name=probe_layer.name, **space_options)
-    for spec in tuners:
-        make_run_tuner(spec, probe_space, probe_layer, seed=0, priors=[])
+    for spec in tuners:  # a misspelt tuner or option ends the run here, not after the history is built
+        make_run_tuner(spec, spaces[0], targets[0][1], seed=0, priors=[])
     # Kept out of history and matching: recorded with the result, since a replay that keeps
     # out other layers draws on another history and gives other guided curves.
     kept_out = [*args.targets.split(","), *filter(None, (args.exclude or "").split(","))]
@@ -261,8 +259,7 @@ def main() -> int:
     # Every tuner and seed of a layer side by side, one build batch per round; a layer's
     # last rounds are filled with the next layer's first runs.
     layer_runs = []
-    for model, layer in targets:
-        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options)
+    for (model, layer), space in zip(targets, spaces):
         score, priors = priors_for(store, layer, target, exclude, args.other_target_discount,
                                    space=None if args.no_vector_restating else space)
         runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)

@@ -187,7 +187,7 @@ class ReplayMeasurer:
 
         bench = self._benches.get(layer_key)
         if bench is None:
-            self.check_holds([layer_key])
+            self.check_holds({layer_key: layer_key})
             bench = self._benches[layer_key] = ReplayBench(space, self.tables[layer_key], missing="nearest")
         self.asked += len(configs)
         out = []
@@ -206,11 +206,10 @@ class ReplayMeasurer:
     def measure_groups(self, groups):
         return [self.measure(layer_key, space, configs) for layer_key, space, configs in groups]
 
-    def check_holds(self, layers: dict[str, str] | list[str]) -> None:
+    def check_holds(self, names: dict[str, str]) -> None:
         """End the run with one line unless the file holds a valid measurement of every
-        layer (key, or key -> name): for a layer it lacks every answer would be
+        layer (key -> name to say): for a layer it lacks every answer would be
         "invalid", and its tuner would ask on for ever."""
-        names = layers if isinstance(layers, dict) else {key: key for key in layers}
         lacking = [name for key, name in names.items() if not any(r["status"] == "ok" for r in self.tables.get(key, []))]
         if lacking:
             raise SystemExit(f"error: --replay: the file holds no valid measurement on {self.target_key} of "
