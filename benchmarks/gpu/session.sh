@@ -64,20 +64,17 @@
 # rounds of the one before; the progress lines' `apply` figure says what that gained.
 #
 # The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, fifth session and after):
-# 1. First, on the 64-deep history as it is, the guided GA without its hand-over on conv2d3 and
-#    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new):
-#    step 2's first command with `--source resnet50 --history-trials 1` (nothing to build)
-#    and `--tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0"`.
-#    It has to run before step 2, which changes the database's history for good.
-# 2. History depth. On LLVM a 32-deep history is worse than none at 100 trials, a
-#    256-deep one of the same neighbours gives 32x to 94x (runs 43b, 37), and a 32-deep
+# 1. History depth, first: it is the experiment that decides. On LLVM a 32-deep history
+#    is worse than none at 100 trials, a 256-deep one of the same neighbours gives 32x
+#    to 94x (runs 43b, 37), and a 32-deep
 #    one with only each target's nearest neighbour at 256 gives the all-deep medians
 #    back (run 51: 69.4x and 71.4x, against 13.8x and 40.7x all 32 deep). On the H100 the
 #    best of history's mapped winners (64 deep) is slower than the baselines' 100-trial
 #    finals on conv2d3 and conv2d1 (the guided GA's median best after its first 16: 9.7
 #    and 9.2 us, against cold XGBoost's 8.3 and 8.1): history alone cannot put a tuner
-#    at those finals within 10 trials. The targets' nearest neighbours are ResNet-50's conv2d7 (first conv,
-#    conv2d1, conv2d3, conv2d4), conv2d13 (conv2d7) and conv2d2 (MobileNetV2), 64 deep.
+#    at those finals within 10 trials. The targets' nearest neighbours are ResNet-50's
+#    conv2d7 (first conv, conv2d1, conv2d3, conv2d4), conv2d13 (conv2d7) and conv2d2
+#    (MobileNetV2), 64 deep.
 #    Deepen them to 256 with cold XGBoost (576 measurements; `--history-tuner xgb` is
 #    needed, the default is random) and measure the guided tuners again on the two layers
 #    whose baselines the file holds at 100 trials with today's code (up to 2,000 new,
@@ -88,6 +85,14 @@
 #        --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16 --no-shared-memory-estimate
 #    Then the same with `--targets resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5
 #    --exclude resnet18:3,resnet18:1` (conv2d4's baselines are new: about 1,430 more).
+# 2. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
+#    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new). Step
+#    1 changed the warm machine's database for good, so this imports the committed export
+#    into a second one beside it (the measurement file next to both is shared):
+#      HISTORY_KEEP=/root/autotune-history/h64.db HISTORY_DB=.gpucarry/history_guided_cuda_history.json.gz \
+#      TAG=_handover bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
+#        --targets resnet18:3,resnet18:1 --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 --trials 100 --seeds 5 \
+#        --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0" --no-shared-memory-estimate
 # 3. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
 #    it): each target's history holds the other targets' layers, as one cold-XGBoost run
 #    each, the file's seed-0 runs (`--history-seed 0`): one call per target, `--targets T
