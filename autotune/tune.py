@@ -393,8 +393,9 @@ class TuneSession:
         if is_shallow(depth) and decision.tuner in ("gga", "tl_xgb"):
             self.reporter.message(
                 f"{layer.name}: history is shallow, {depth['sources']} similar layers with a median of "
-                f"{depth['per_source_median']:g} measured configs each; {decision.tuner} may settle near their "
-                "unconverged winners (tuning those layers longer deepens it)"
+                f"{depth['per_source_median']:g} measured configs each (the most similar, at "
+                f"{depth['nearest_similarity']:.2f}, holds {depth['nearest_configs']}); {decision.tuner} may settle near their "
+                "unconverged winners (tuning the most similar layer longer is what deepens it where it counts)"
                 + ("; gga hands the layer to tl_xgb after its first population" if decision.tuner == "gga" else "")
             )
         tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())

@@ -450,7 +450,8 @@ def test_a_replay_into_a_new_database_builds_the_history_from_the_file(tmp_path,
     (row,), (again,) = measured["layers"], replayed["layers"]
     assert again["tuners"]["tl_xgb"]["curves"] == row["tuners"]["tl_xgb"]["curves"]
     assert again["tuners"]["tl_xgb"]["approximated"] == [0] and again["history_depth"] == row["history_depth"]
-    assert row["history_depth"] == {"sources": 1, "per_source_median": 4.0, "per_source_min": 4}
+    assert row["history_depth"] == {"sources": 1, "per_source_median": 4.0, "per_source_min": 4,
+                                    "nearest_similarity": row["match_score"], "nearest_configs": 4}
     # A measured run checks the kernel behind its best latency; a replay has none to run.
     assert row["best_checked"]["verified"] is True and row["best_checked"]["latency_s"] == row["best_known_s"]
     assert "best_checked" not in again

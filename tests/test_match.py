@@ -171,10 +171,13 @@ def test_history_depth_counts_each_source_layers_records(store):
     for lat in (1e-3, 2e-3, 3e-3):
         _ok(store, "n", CPU, lat)
     depth = source_depth(priors_from_match(store, match(store, w, CPU.key)))
-    assert depth == {"sources": 2, "per_source_median": 2.0, "per_source_min": 1}
+    # the most similar source ("n", features one apart) is the deeper one here
+    assert depth == {"sources": 2, "per_source_median": 2.0, "per_source_min": 1,
+                     "nearest_similarity": round(match(store, w, CPU.key).neighbours[0].similarity, 3), "nearest_configs": 3}
     assert depth["per_source_median"] < SHALLOW_SOURCE_RECORDS and is_shallow(depth)
     empty = source_depth([])
-    assert empty == {"sources": 0, "per_source_median": 0.0, "per_source_min": 0} and not is_shallow(empty)
+    assert empty == {"sources": 0, "per_source_median": 0.0, "per_source_min": 0,
+                     "nearest_similarity": 0.0, "nearest_configs": 0} and not is_shallow(empty)
 
 
 def test_priors_leave_out_tvms_default_schedule(store):
