@@ -87,9 +87,10 @@
 #    --exclude resnet18:3,resnet18:1` (conv2d4's baselines are new: about 1,430 more).
 #    Short of time, the first call can stop the targets at `--trials 32` (about a third of
 #    the guided runs' measurements): on LLVM history's first configs decided the ratio
-#    (run 51b), and a guided tuner that reaches the baselines' 100-trial finals (in the
-#    committed result) within 10 trials shows 10x whatever it does later. A later call
-#    with `--trials 100` resumes from the measurement file.
+#    (run 51b). The baselines reach their 100-trial finals (in the committed result) at
+#    trials 99 and 93 (cold XGBoost) and 75 and 88 (plain GA) on conv2d3 and conv2d1, so
+#    transfer XGBoost there by trial 9 shows 10x, the guided GA by trial 15 shows 5x,
+#    whatever they do later. A later call with `--trials 100` resumes from the file.
 # 2. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
 #    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new). Step
 #    1 changed the warm machine's database for good, so this imports the committed export
