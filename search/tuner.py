@@ -79,12 +79,12 @@ def source_depth(priors: Sequence[PriorRecord]) -> dict[str, Any]:
     searched = [p for p in priors if p.config]
     by_source = Counter(p.workload_key for p in searched)
     counts = sorted(by_source.values())
-    nearest = max(searched, key=lambda p: p.similarity * p.target_weight, default=None)
+    nearest = max(searched, key=lambda p: p.similarity, default=None)  # other targets' already discounted
     return {
         "sources": len(counts),
         "per_source_median": float(np.median(counts)) if counts else 0.0,
         "per_source_min": counts[0] if counts else 0,
-        "nearest_similarity": round(nearest.similarity * nearest.target_weight, 3) if nearest else 0.0,
+        "nearest_similarity": round(nearest.similarity, 3) if nearest else 0.0,
         "nearest_configs": by_source[nearest.workload_key] if nearest else 0,
     }
 
