@@ -353,6 +353,9 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     # its history: the first conv alone, as deep as that conv's 4-trial chunk went
     assert twin["history_records"]["sources"] == 1
     assert 1 <= twin["history_records"]["per_source_min"] == twin["history_records"]["per_source_median"] <= first_n
+    # ... and its one source is the most similar: how deep that one is, is what counts (run 51)
+    assert twin["history_records"]["nearest_configs"] == twin["history_records"]["per_source_min"]
+    assert twin["history_records"]["nearest_similarity"] == round(twin["match_score"], 3)
     assert twin["curve"][0][1] < twin["default_latency"] / 2 and twin["probe"] is True
     assert sum(layer["trials"] for layer in report["layers"]) == 6
 
@@ -371,7 +374,8 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     again = {layer["name"]: layer for layer in events[-1]["layers"]}
     # a history of a few trials a layer is called shallow where the twin starts (run 43b)
-    assert any(e["event"] == "message" and e["text"].startswith(f"{twin_name}: history is shallow") for e in events)
+    (shallow,) = [e["text"] for e in events if e["event"] == "message" and e["text"].startswith(f"{twin_name}: history is shallow")]
+    assert "(the most similar, at " in shallow and "tuning the most similar layer longer" in shallow
     assert again[first_name]["dispatch"] == "exact" and again[first_name]["trials"] == 0
     assert again[twin_name]["dispatch"] == "guided" and again[twin_name]["trials"] == 4
     assert again[twin_name]["resumed"] == len([r for r in before if r.status != "invalid"]) and again[first_name]["resumed"] == 0
