@@ -68,7 +68,8 @@
 #    is worse than none at 100 trials, a 256-deep one of the same neighbours gives 32x
 #    to 94x (runs 43b, 37), and a 32-deep
 #    one with only each target's nearest neighbour at 256 gives the all-deep medians
-#    back (run 51: 69.4x and 71.4x, against 13.8x and 40.7x all 32 deep). On the H100 the
+#    back (run 51: 69.4x and 71.4x, against 13.8x and 40.7x all 32 deep; at 128, run 51c,
+#    transfer XGBoost stays near 1x on conv2d7, so 256 it is). On the H100 the
 #    best of history's mapped winners (64 deep) is slower than the baselines' 100-trial
 #    finals on conv2d3 and conv2d1 (the guided GA's median best after its first 16: 9.7
 #    and 9.2 us, against cold XGBoost's 8.3 and 8.1): history alone cannot put a tuner
