@@ -265,12 +265,12 @@ def main() -> int:
         runs = {(t, seed): Run(make_run_tuner(t, space, layer, seed, priors), layer.workload_key, space, args.trials)
                 for t in tuners for seed in range(args.seeds)}
         layer_runs.append((model, layer, space, score, priors, runs))
-    layer_of = {id(run): i for i, (*_, runs) in enumerate(layer_runs) for run in runs.values()}
+    layer_of = {run: i for i, (*_, runs) in enumerate(layer_runs) for run in runs.values()}
     unfinished = [len(runs) for *_, runs in layer_runs]
     rows: dict[int, dict] = {}
 
     def finished(run: Run) -> None:
-        i = layer_of[id(run)]
+        i = layer_of[run]
         unfinished[i] -= 1
         if unfinished[i]:
             return
@@ -284,7 +284,7 @@ def main() -> int:
                 json.dump(assemble(per_layer), fh, indent=1, default=str)
 
     def progress(rnd: int, active: list[Run]) -> None:
-        going = sorted({layer_of[id(run)] for run in active})
+        going = sorted({layer_of[run] for run in active})
         names = ", ".join(f"{layer_runs[i][0]}:{layer_runs[i][1].name}" for i in going)
         log(f"round {rnd}: {len(active)} runs active ({names or 'none'}), {sum(unfinished)} of {len(layer_of)} unfinished "
             f"({cm.measured} measured; {cm.cost_summary()})")

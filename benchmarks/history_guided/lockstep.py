@@ -7,9 +7,10 @@ import time
 from typing import Any, Callable
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Run:
-    """One tuning run (a tuner on one layer until ``trials`` valid points) in a lockstep."""
+    """One tuning run (a tuner on one layer until ``trials`` valid points) in a lockstep.
+    Runs compare and hash by identity: two seeds' runs may hold equal fields."""
 
     tuner: Any
     layer_key: str
@@ -67,7 +68,7 @@ def lockstep(runs: list[Run], cm, batch: int, on_round: Callable[[int, list[Run]
         going = [run for run, _ in live if run.done < run.trials]
         if on_finish is not None:
             for run in active:
-                if not any(run is g for g in going):
+                if run not in going:  # by identity (eq=False)
                     on_finish(run)
         room = limit - len(going)
         active, queue = going + queue[:room], queue[room:]

@@ -152,16 +152,10 @@ class ReplayMeasurer:
     def __init__(self, path: str, target_key: str):
         self.tables: dict[str, list[dict]] = {}
         self.target_key = target_key
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                    if rec["target"] != target_key:
-                        continue
-                    self.tables.setdefault(rec["layer"], []).append(
-                        {"config": json.loads(rec["config"]), "latency_median": rec["latency"], "status": rec["status"]})
-                except (ValueError, KeyError, TypeError):
-                    continue
+        for rec in _lines(path):
+            if rec["target"] == target_key:
+                self.tables.setdefault(rec["layer"], []).append(
+                    {"config": rec["config"], "latency_median": rec["latency"], "status": rec["status"]})
         self.loaded = sum(len(t) for t in self.tables.values())
         self.measured = 0  # nothing is ever measured
         self.asked = 0
@@ -171,14 +165,7 @@ class ReplayMeasurer:
 
     @staticmethod
     def targets_in(path: str) -> list[str]:
-        keys: set[str] = set()
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    keys.add(json.loads(line)["target"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-        return sorted(keys)
+        return sorted({rec["target"] for rec in _lines(path)})
 
     def measure(self, layer_key: str, space, configs):
         from search.replay import ReplayBench
@@ -233,3 +220,16 @@ class ReplayMeasurer:
 
     def close(self) -> None:
         pass
+
+
+def _lines(path: str):
+    """The measurement file's records, each with its config parsed; a line that is not
+    a whole record (a run killed mid-write) is skipped. Data only: json.loads, nothing run."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+                yield {"target": rec["target"], "layer": rec["layer"], "config": json.loads(rec["config"]),
+                       "latency": rec["latency"], "status": rec["status"]}
+            except (ValueError, KeyError, TypeError):
+                continue
