@@ -38,8 +38,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from _emit import emit  # noqa: E402
 
-from history_guided.history_setup import build_history, priors_for  # noqa: E402
-from history_guided.layers import layer_at, source_layers  # noqa: E402
+from history_guided.history_setup import build_history, copy_database, layers_to_complete, priors_for  # noqa: E402
+from history_guided.layers import layer_at  # noqa: E402
 from history_guided.lockstep import Run, lockstep  # noqa: E402
 from history_guided.measurers import CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
 from history_guided.progress import log  # noqa: E402
@@ -158,18 +158,22 @@ def main() -> int:
     exclude = {layer_at(spec, args.size).workload_key for spec in kept_out}
     db = args.history_db or os.path.join(tempfile.mkdtemp(prefix="bench-hist-"), "history.db")
     fresh_db = not os.path.exists(db)
-    if args.replay:  # before any database is written
+    if args.replay and not fresh_db:
+        # The replay completes the history as the recorded run did (a GPU call that deepened
+        # an imported export, say), but on a copy: answers the file lacks must never reach
+        # the database it was given as records.
+        db = copy_database(db, tempfile.mkdtemp(prefix="bench-replay-"))
+    store = None if fresh_db else open_history(db)
+    if args.replay:  # before a new database is written
         must_hold = {layer.workload_key: f"{model}:{layer.name}" for model, layer in targets}
-        if fresh_db:
-            must_hold.update({layer.workload_key: f"--source {spec}: {layer.name}" for spec in args.source.split(",")
-                              for layer in source_layers(spec, args.size) if layer.workload_key not in exclude})
+        must_hold.update({layer.workload_key: f"--source {spec}: {layer.name}" for spec in args.source.split(",")
+                          for layer in layers_to_complete(store, target, [spec], args.size, args.history_trials, exclude)})
         cm.check_holds(must_hold)
-    store = open_history(db)
-    # An earlier run's history is the same evidence: only what it lacks is measured. A
-    # replay adds nothing to an existing history; a new one it builds from the file, as
-    # the recorded run built it (answers the file lacks are counted as approximated).
-    history_trials = args.history_trials if (fresh_db or not args.replay) else 0
-    made_by = build_history(store, target, cm, args.source.split(","), args.size, history_trials,
+    if store is None:
+        store = open_history(db)
+    # An earlier run's history is the same evidence: only what it lacks is measured (or,
+    # in a replay, answered from the file; answers it lacks are counted as approximated).
+    made_by = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials,
                             seed=args.history_seed, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch,
                             space_options=space_options)
     n_hist = made_by.total()

@@ -415,7 +415,7 @@ def test_the_result_records_what_was_kept_out_of_history(tmp_path, monkeypatch):
     open_history(str(db)).close()
     out = tmp_path / "result.json"
     monkeypatch.setattr(sys, "argv", [
-        "bench_history_guided.py", "--replay", str(replay), "--history-db", str(db), "--source", "resnet18",
+        "bench_history_guided.py", "--replay", str(replay), "--history-db", str(db), "--source", "resnet18:3",
         "--size", "32", "--targets", "resnet18:0", "--exclude", "resnet18:1,resnet18:3", "--tuners", "xgb",
         "--trials", "2", "--batch", "2", "--seeds", "1", "--out", str(out)])
     assert bench_history_guided.main() == 0
@@ -428,8 +428,7 @@ def test_the_result_records_what_was_kept_out_of_history(tmp_path, monkeypatch):
 def test_a_replay_into_a_new_database_builds_the_history_from_the_file(tmp_path, monkeypatch):
     """A run whose history was built from the measurement file (run 43b) replays on any
     machine: into a database that does not exist yet the replay builds that history from
-    the file as the run did, and the guided tuner's curve comes back exactly; into an
-    existing one it adds nothing."""
+    the file as the run did, and the guided tuner's curve comes back exactly."""
     import bench_history_guided
     from history import open_history
 
@@ -455,8 +454,46 @@ def test_a_replay_into_a_new_database_builds_the_history_from_the_file(tmp_path,
     # A measured run checks the kernel behind its best latency; a replay has none to run.
     assert row["best_checked"]["verified"] is True and row["best_checked"]["latency_s"] == row["best_known_s"]
     assert "best_checked" not in again
-    open_history(str(tmp_path / "empty.db")).close()
-    assert run(str(tmp_path / "empty.db"), str(tmp_path / "empty.json"), "--replay", str(measurements))["history"]["records"] == 0
+
+
+def test_a_replay_completes_an_existing_history_on_a_copy(tmp_path, monkeypatch):
+    """The H100 session that deepened an imported export (64 to 256 records per source)
+    replays only if the replay completes the history as the run did, from the file; and
+    a replay must never leave answers the file lacked in the database it was given."""
+    import shutil
+
+    import bench_history_guided
+    from history import open_history
+
+    measurements = tmp_path / "measurements.jsonl"
+
+    def run(db, name: str, depth: int, *extra: str) -> dict:
+        monkeypatch.setattr(sys, "argv", [
+            "bench_history_guided.py", "--history-db", str(db), "--source", "resnet18:1", "--history-trials", str(depth),
+            "--history-tuner", "xgb", "--size", "32", "--targets", "resnet18:0", "--tuners", "tl_xgb", "--trials", "4",
+            "--batch", "2", "--seeds", "1", "--out", str(tmp_path / f"{name}.json"), *extra])
+        assert bench_history_guided.main() == 0
+        return json.loads((tmp_path / f"{name}.json").read_text())
+
+    def records(db) -> int:
+        store = open_history(str(db), readonly=True)
+        try:
+            return len(store.records())
+        finally:
+            store.close()
+
+    shallow = tmp_path / "shallow.db"
+    run(shallow, "shallow", 2, "--measurements", str(measurements))
+    before = records(shallow)
+    shutil.copy(shallow, tmp_path / "deepened.db")
+    measured = run(tmp_path / "deepened.db", "measured", 4, "--measurements", str(measurements))
+    assert records(tmp_path / "deepened.db") > records(shallow)
+    replayed = run(shallow, "replayed", 4, "--replay", str(measurements))
+    assert replayed["history"]["records"] == measured["history"]["records"] == 4
+    assert replayed["layers"][0]["tuners"]["tl_xgb"]["curves"] == measured["layers"][0]["tuners"]["tl_xgb"]["curves"]
+    assert replayed["layers"][0]["history_depth"] == measured["layers"][0]["history_depth"]
+    assert replayed["replay"]["nearest"] == 0
+    assert records(shallow) == before  # the replay worked on a copy
 
 
 def test_the_fastest_config_is_checked_against_the_layers_reference():

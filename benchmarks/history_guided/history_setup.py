@@ -4,7 +4,9 @@ evidence, as ``autotune tune`` computes it.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from contextlib import closing
 
 from history_guided.layers import source_layers
 from history_guided.lockstep import Run, lockstep
@@ -31,17 +33,12 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
     from search.tuner import TrialResult
     from templates.meta_schedule_space import MetaScheduleSpace
 
-    layers = [layer for spec in models for layer in source_layers(spec, size)]  # a bad entry: before any write
+    sources = source_records(store, target, models, size, exclude)  # a bad entry: before any write
     store.register_target(target.history_info())
     made_by: Counter = Counter()
-    seen = set()
     runs = []
-    for layer in layers:
-        if layer.workload_key in seen or layer.workload_key in exclude:
-            continue  # a target layer in history would be an exact hit, not transfer
-        seen.add(layer.workload_key)
+    for layer, have in sources:
         store.register_workload(layer.workload_info())
-        have = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key) if r.status != "invalid"]
         made_by.update(r.tuner or "unknown" for r in have)
         if len(have) >= per_layer:
             continue
@@ -58,11 +55,44 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
 
         runs.append(Run(tuner, layer.workload_key, space, per_layer - len(have), write))
     if runs:
-        log(f"history: {len(runs)} of {len(seen)} layers to complete, side by side ({made_by.total()} records so far)")
+        log(f"history: {len(runs)} of {len(sources)} layers to complete, side by side ({made_by.total()} records so far)")
         lockstep(runs, cm, batch, lambda rnd, active: log(
             f"history: round {rnd}, {len(active)} layers unfinished, {cm.measured} measured; {cm.cost_summary()}"))
     made_by[tuner_name] += sum(run.done for run in runs)
     return +made_by  # without zero counts
+
+
+def source_records(store, target, models, size, exclude: set[str]) -> list[tuple]:
+    """Each distinct source layer (``--source`` entries, see :func:`source_layers`) with
+    its valid records on ``target`` (none without a ``store``, a history still to make)."""
+    layers = [layer for spec in models for layer in source_layers(spec, size)]
+    seen: set[str] = set()
+    found = []
+    for layer in layers:
+        if layer.workload_key in seen or layer.workload_key in exclude:
+            continue  # a target layer in history would be an exact hit, not transfer
+        seen.add(layer.workload_key)
+        have = [] if store is None else [r for r in store.records(workload_key=layer.workload_key, target_key=target.key)
+                                         if r.status != "invalid"]
+        found.append((layer, have))
+    return found
+
+
+def layers_to_complete(store, target, models, size, per_layer, exclude: set[str]) -> list:
+    """The source layers whose history holds fewer than ``per_layer`` valid records: what a
+    run (or a replay, from its file) must still tune."""
+    return [layer for layer, have in source_records(store, target, models, size, exclude) if len(have) < per_layer]
+
+
+def copy_database(path: str, dest_dir: str) -> str:
+    """A consistent copy of the SQLite history at ``path`` (SQLite's backup API, so a
+    write-ahead log is taken along), for work that must leave the original as it is."""
+    import sqlite3
+
+    dest = os.path.join(dest_dir, os.path.basename(path))
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src, closing(sqlite3.connect(dest)) as out:
+        src.backup(out)
+    return dest
 
 
 def priors_for(store, layer, target, exclude: set[str], other_target_discount: float | None = None, space=None):
