@@ -219,6 +219,8 @@ def main() -> int:
         if args.replay:
             approximated = {t: [cm.approximated_in(layer.workload_key, [r.config for r in runs[t, seed].tuner.state.results])
                                 for seed in range(args.seeds)] for t in tuners}
+            exact = {t: [cm.exact_trials(layer.workload_key, runs[t, seed].tuner.state.results)
+                         for seed in range(args.seeds)] for t in tuners}
         best_known = cm.best(layer.workload_key)
         row = {"layer": f"{model}:{layer.name}", "op_class": layer.op_class, "shapes": layer.inputs + layer.weights,
                "attrs": layer.attrs, "match_score": round(score, 3), "priors": len(priors),
@@ -241,6 +243,7 @@ def main() -> int:
                 entry[f"median_trials_to_{int(tol * 100)}pct"] = statistics.median(capped)
             if args.replay:
                 entry["approximated"] = approximated[t]  # per seed: answers not in the file
+                entry["exact_trials"] = exact[t]  # per seed: trials before the first of them
             handed = [getattr(runs[t, seed].tuner, "handed_over_at", None) for seed in range(args.seeds)]
             if any(h is not None for h in handed):
                 entry["handed_over_at"] = handed  # per seed: configs measured when transfer XGBoost took over

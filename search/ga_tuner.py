@@ -70,6 +70,22 @@ and the target models' own layers, 32 deep (run 47b), lower on conv2d1 and conv2
 (154.8 against 177.9, 172.5 against 183.5) and higher on none; 64 deep (run 48), lower
 on conv2d3 and higher on none.
 
+There, too, a quarter of the first population (``model_seeds``: ``pop_size // 4`` where
+history is shallow, 0 where it is deep) goes to transfer XGBoost's first batch, the
+configs that tuner with the same seed would measure first; history's mapped configs by
+turns take the rest, measured by turns with them (history's first). A mapped winner
+carries its source layer's tile shapes; a model of all sources with layer features does
+not. On the H100's history (2026-11-26) no config mapped from ResNet-50's conv2d7, 256
+deep, beat 10.6 us on ResNet-18's conv2d3, where the plain GA ends at 8.9 and transfer
+XGBoost's first eight reach 8.3: in a replay on the measured file (decided within the
+answers the file holds) the guided GA with four such picks reached the plain GA's final
+at a median trial 4 instead of 31. On LLVM, measured (run 52, run 46's 32-deep history,
+ten seeds): 46.5x instead of 1.8x on conv2d3 and 7.8x instead of 2.5x on conv2d7, 33x
+and 19x instead of 50x and 32x on the first conv and conv2d4 (a model pick measured
+second puts history's winner third), the same on the other two; finals no different on
+any layer by a rank test. Half the population gave the same ratios and a higher final
+on MobileNetV2 (10.8 against 9.9 us, p = 0.021).
+
 ``rank_sources=True`` also weights each source's share of the dictionary and of the
 immigrants by its chance of ranking the layer's results best
 (:mod:`search.source_weights`), as transfer XGBoost does by default. It is off here
@@ -91,6 +107,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+from itertools import zip_longest
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -363,9 +380,16 @@ class GuidedGATuner(GATuner):
         hedge_cap: int = 1,
         handover: int | None = None,
         handover_local_share: float = HANDOVER_LOCAL_SHARE,
+        model_seeds: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        if model_seeds is None:
+            model_seeds = self.pop_size // 4 if shallow_history(self.priors) else 0
+        if not 0 <= int(model_seeds) <= self.pop_size:
+            raise ValueError(f"model_seeds is a number of first-population places (0 to pop_size), not {model_seeds!r}")
+        self.model_seeds = int(model_seeds)
+        self._model_keys: list[Key] = []
         if handover is None:
             handover = self.pop_size if shallow_history(self.priors) else 0
         if int(handover) < 0:
@@ -509,13 +533,41 @@ class GuidedGATuner(GATuner):
                 out.append(self._individual(key))
         return out
 
-    def _seed_keys(self) -> list[Key]:
+    def _initial_population(self) -> list[Any]:
+        self._model_keys = self._transfer_picks(self.model_seeds) if self.model_seeds and self.priors else []
+        return super()._initial_population()
+
+    def _transfer_picks(self, n: int) -> list[Key]:
+        """The first ``n`` configs of transfer XGBoost's first batch (as that tuner, same
+        seed, would measure it) not among history's mapped configs the population takes.
+
+        Mapped winners carry a source layer's tile shapes: on the H100 no mapped config
+        of a 256-deep history beat 10.6 us on ResNet-18's conv2d3, while a model of all
+        sources with layer features put configs of 7 to 8 us in its first batch (2026-11-26).
+        """
+        from search.xgb_tuner import TransferXGBTuner
+
+        model = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features)
+        mapped = set(self._mapped_seed_keys(self.pop_size - n))
+        picks: list[Key] = []
+        for cfg in model.ask(self.pop_size):
+            key = self._encoder.exact_indices(cfg)
+            if key is not None and key not in mapped and key not in picks:
+                picks.append(key)
+            if len(picks) >= n:
+                break
+        return picks
+
+    def _mapped_seed_keys(self, limit: int) -> list[Key]:
         idx, sims = self._kept_priors(())
-        if not len(idx):
+        if not len(idx) or limit <= 0:
             return []
-        limit = int(round(self.seed_frac * self.pop_size))
         mapped = [self._prior_mapped[i] for i in idx]
         return history_seed_order(mapped, self._prior_group[idx], self._prior_perf[idx], sims, limit)
+
+    def _seed_keys(self) -> list[Key]:
+        limit = int(round(self.seed_frac * self.pop_size)) - len(self._model_keys)
+        return self._model_keys + [k for k in self._mapped_seed_keys(limit) if k not in self._model_keys]
 
     def _measure_first(self, pop: list[Any]) -> list[Any]:
         """The first population, best first as a ranker trained on the kept priors
@@ -525,11 +577,16 @@ class GuidedGATuner(GATuner):
         the population, and so every later generation, is the same either way."""
         if self.measure_order == "turns" or not self.priors or not pop:
             return list(pop)
+        picked = set(self._model_keys)
+        model = sorted((ind for ind in pop if tuple(ind) in picked), key=lambda ind: self._model_keys.index(tuple(ind)))
+        pop = [ind for ind in pop if tuple(ind) not in picked]
         keys = [tuple(ind) for ind in pop]
-        order = self._history_ranker().order(np.array(keys, dtype=np.int64))
+        order = self._history_ranker().order(np.array(keys, dtype=np.int64)) if keys else []
         if self.measure_order == "hedged":
             order = per_source_first(order, self._sources_of(keys), self.hedge_cap)
-        return [pop[i] for i in order]
+        ranked = [pop[i] for i in order]
+        # transfer XGBoost's picks by turns with history's, in the model's order
+        return [ind for pair in zip_longest(ranked, model) for ind in pair if ind is not None]
 
     def _sources_of(self, keys: Sequence[Key]) -> list[int]:
         """The source workload each key was seeded from (its most similar kept source

@@ -197,6 +197,8 @@ def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
     assert (replay.asked, replay.nearest, replay.measured) == (4, 1, 0)
     # which answers were approximated, per run: only the config the file lacks
     assert replay.approximated_in("mm", cfgs) == 1 and replay.approximated_in("mm", cfgs[:3]) == 0
+    # trials answered as measured before a run's first approximated answer
+    assert replay.exact_trials("mm", got) == 3 and replay.exact_trials("mm", got[3:] + got[:3]) == 0
 
 
 def test_a_replayed_table_names_the_tuners_whose_answers_were_approximated():
@@ -430,7 +432,6 @@ def test_a_replay_into_a_new_database_builds_the_history_from_the_file(tmp_path,
     machine: into a database that does not exist yet the replay builds that history from
     the file as the run did, and the guided tuner's curve comes back exactly."""
     import bench_history_guided
-    from history import open_history
 
     measurements = tmp_path / "measurements.jsonl"
 

@@ -862,6 +862,34 @@ def test_gga_hands_a_shallow_historys_layer_to_transfer_xgb_after_its_first_popu
         make_tuner("gga", target, priors=shallow, handover_local_share=1.5)
 
 
+def test_gga_can_give_part_of_its_first_population_to_transfer_xgbs_first_batch(target):
+    """``model_seeds=k``: k places of the first population go to transfer XGBoost's first
+    batch (as that tuner, same seed, would ask it), the rest to history's mapped configs
+    by turns, measured by turns with them."""
+    source = MatmulSpace(64, 128, 64)
+    shallow = shallow_priors(source) + shallow_priors(source, "dense_64_128_64_again")
+    opts = dict(seed=4, layer_features=target.layer_features, pop_size=16)
+    plain = make_tuner("gga", target, priors=shallow, model_seeds=0, **opts)
+    mixed = make_tuner("gga", target, priors=shallow, model_seeds=6, **opts)
+    first = [config_to_json(c) for c in mixed.ask(16)]
+    by_turns = [config_to_json(target.from_indices(k)) for k in plain._mapped_seed_keys(10)]
+    assert set(by_turns) <= {config_to_json(c) for c in plain.ask(16)}  # history's first ten by turns
+    model_batch = [config_to_json(c) for c in make_tuner("tl_xgb", target, priors=shallow, seed=4,
+                                                         layer_features=target.layer_features).ask(16)]
+    from_model = [c for c in first if c not in by_turns]
+    assert len(first) == len(set(first)) == 16 and set(first) >= set(by_turns)
+    assert len(from_model) == 6 and set(from_model) <= set(model_batch)
+    assert [c for c in model_batch if c in from_model] == from_model  # in the model's order
+    assert first[1::2][:6] == from_model  # by turns with history's configs
+    with pytest.raises(ValueError, match="model_seeds"):
+        make_tuner("gga", target, priors=shallow, model_seeds=17, **opts)
+    # by default a quarter where history is shallow (run 52), none where it is deep
+    assert make_tuner("gga", target, priors=shallow, **opts).model_seeds == 4
+    assert make_tuner("gga", target, priors=history_of(source, "dense_64_128_64"), **opts).model_seeds == 0
+    without = make_tuner("gga", target, priors=[], model_seeds=6, **opts)  # no history: no model to ask
+    assert len(without.ask(16)) == 16 and without.model_seeds == 6
+
+
 def test_the_hand_over_can_go_to_transfer_xgb_without_its_one_knob_moves(target):
     """``handover_local_share=0``: the successor is transfer XGBoost as it is (which
     part of the hand-over's gain is the moves, run 50)."""

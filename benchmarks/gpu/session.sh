@@ -63,55 +63,52 @@
 # layers one after another in one lockstep, the next layer's runs filling the last
 # rounds of the one before; the progress lines' `apply` figure says what that gained.
 #
-# The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, fifth session and after):
-# 1. History depth, first: it is the experiment that decides. On LLVM a 32-deep history
-#    is worse than none at 100 trials, a 256-deep one of the same neighbours gives 32x
-#    to 94x (runs 43b, 37), and a 32-deep
-#    one with only each target's nearest neighbour at 256 gives the all-deep medians
-#    back (run 51: 69.4x and 71.4x, against 13.8x and 40.7x all 32 deep; at 128, run 51c,
-#    transfer XGBoost stays near 1x on conv2d7, so 256 it is). On the H100 the
-#    best of history's mapped winners (64 deep) is slower than the baselines' 100-trial
-#    finals on conv2d3 and conv2d1 (the guided GA's median best after its first 16: 9.7
-#    and 9.2 us, against cold XGBoost's 8.3 and 8.1): history alone cannot put a tuner
-#    at those finals within 10 trials. The targets' nearest neighbours are ResNet-50's
-#    conv2d7 (first conv, conv2d1, conv2d3, conv2d4), conv2d13 (conv2d7) and conv2d2
-#    (MobileNetV2), 64 deep.
-#    Deepen them to 256 with cold XGBoost (576 measurements; `--history-tuner xgb` is
-#    needed, the default is random) and measure the guided tuners again on the two layers
-#    whose baselines the file holds at 100 trials with today's code (up to 2,000 new,
-#    so up to 10 minutes in all; the other ResNet-50 layers stay in the database as they are):
-#      bash benchmarks/gpu/session.sh history --source resnet50:7,resnet50:13,resnet50:2 \
-#        --history-trials 256 --history-tuner xgb --batch 16 \
-#        --targets resnet18:3,resnet18:1 --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 \
-#        --trials 100 --seeds 5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16 --no-shared-memory-estimate
-#    Then the same with `--targets resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5
-#    --exclude resnet18:3,resnet18:1` (conv2d4's baselines are new: about 1,430 more).
-#    Short of time, the first call can stop the targets at `--trials 32` (about a third of
-#    the guided runs' measurements): on LLVM history's first configs decided the ratio
-#    (run 51b). The baselines reach their 100-trial finals (in the committed result) at
-#    trials 99 and 93 (cold XGBoost) and 75 and 88 (plain GA) on conv2d3 and conv2d1, so
-#    transfer XGBoost there by trial 9 shows 10x, the guided GA by trial 15 shows 5x,
-#    whatever they do later. A later call with `--trials 100` resumes from the file.
-# 2. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
-#    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new). Step
-#    1 changed the warm machine's database for good, so this imports the committed export
-#    into a second one beside it (the measurement file next to both is shared):
-#      HISTORY_KEEP=/root/autotune-history/h64.db HISTORY_DB=.gpucarry/history_guided_cuda_history.json.gz \
-#      TAG=_handover bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 \
-#        --targets resnet18:3,resnet18:1 --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 --trials 100 --seeds 5 \
-#        --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;handover=0" --no-shared-memory-estimate
-# 3. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
+# The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after).
+# Done on 2026-11-26 (sixth session): the targets' nearest neighbours (ResNet-50's
+# conv2d7, conv2d13, conv2d2) deepened from 64 to 256 with cold XGBoost, and conv2d3 and
+# conv2d1 measured at 100 trials on that history: 7.7x and 3.1x (64 deep: 5.2x, 2.9x).
+# The warm machine's database is gone; a fresh one gets the same deepened history at no
+# device cost from the committed 64-deep export and the file (the history step answers
+# its 576 configs from the file), so every command below starts from
+#   HISTORY_DB=.gpucarry/history_guided_cuda_history.json.gz MEASUREMENTS=.gpucarry/history_guided_cuda_measurements.jsonl.gz
+# and DEEP="--source resnet50:7,resnet50:13,resnet50:2 --history-trials 256 --history-tuner xgb --batch 16
+#   --trials 100 --seeds 5 --no-shared-memory-estimate"
+# 1. The guided GA as it is since run 52: where history is shallow a quarter of its first
+#    population is transfer XGBoost's first picks (`model_seeds`, 4 of 16 here). A replay
+#    screen on the file has it at 18.8x on conv2d3 (against 2.4x; decided within the
+#    trials the file answers) and leaves conv2d1 open. About 570 new measurements (some
+#    3 minutes); `gga:pop_size=16;model_seeds=0` is the sixth session's guided GA:
+#      bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:3,resnet18:1 \
+#        --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 \
+#        --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16;model_seeds=0,gga:pop_size=16"
+# 2. The other four layers on the deepened history (`--targets resnet18:0,resnet18:7,mobilenetv2:5,resnet18:4
+#    --exclude resnet18:3,resnet18:1`, `--tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16`):
+#    a replay here (the guided GA as it was) sized it at about
+#    950 new measurements for the first conv, 970 for conv2d7, 800 for MobileNetV2 (their
+#    baselines are in the file) and 1,640 for conv2d4 (its baselines too are new): some
+#    23 minutes in all, so two sessions; conv2d4 last.
+# 3. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
+#    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new).
+#    This needs a database of the committed export alone, so that its history is not
+#    deepened (HISTORY_KEEP=/root/autotune-history/h64.db, --source resnet50 --history-trials 1,
+#    TAG=_handover, `"gga:pop_size=16;handover=0;model_seeds=0"` among the tuners, as
+#    screened; since run 52 the picks are a question of their own there too).
+# 4. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
 #    it): each target's history holds the other targets' layers, as one cold-XGBoost run
 #    each, the file's seed-0 runs (`--history-seed 0`): one call per target, `--targets T
 #    --exclude resnet18:4`, with HISTORY_DB= a database built here from the committed export
 #    and the file at no device cost (the notebook gives the commands). A replay screen of
 #    2026-11-26 approximated 63% to 90% of the guided tuners' answers (about 3,000 new
 #    measurements for five layers), so it says nothing yet; see the notebook.
+# Throughput on 2026-11-26 (sixth session): 0.32 s a new measurement, building (NVRTC on
+# 16 workers) 63% of it; size a call by a --replay here first (above).
 # Since run 46 (2026-11-26) the guided GA hands a layer whose history sources hold a
 # median under 128 configs to transfer XGBoost after its first population: on the H100
 # history that is after 16 trials with `gga:pop_size=16` (deepening three neighbours
 # leaves most targets' median at 64). The sessions before 2026-11-26 made their GA curves
-# without it (`"gga:pop_size=16;handover=0"` in --tuners, quoted).
+# without it (`"gga:pop_size=16;handover=0"` in --tuners, quoted), and all sessions up to
+# the sixth without transfer XGBoost's picks in the first population (run 52:
+# `"gga:pop_size=16;model_seeds=0"`; both for the sessions before 2026-11-26).
 #
 # A CUDA export cross-built on the CPU machine carries a fatbin since 2026-11-23
 # (autotune/device_code.py); one loaded and ran on the H100 with the compile callback

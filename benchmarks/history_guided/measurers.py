@@ -214,6 +214,20 @@ class ReplayMeasurer:
         got = self.approximated.get(layer_key, set())
         return sum(config_to_json(c) in got for c in configs)
 
+    def exact_trials(self, layer_key: str, results) -> int:
+        """Trials of one run (its results in order; rejected configs are no trial) before
+        its first answer by the nearest measured config: a ratio decided within them is
+        as measured, however many answers came approximated after."""
+        from templates import config_to_json
+
+        got = self.approximated.get(layer_key, set())
+        trials = 0
+        for res in results:
+            if config_to_json(res.config) in got:
+                break
+            trials += res.status != "invalid"
+        return trials
+
     def best(self, layer_key: str) -> float | None:
         vals = [r["latency_median"] for r in self.tables.get(layer_key, []) if r["status"] == "ok" and r["latency_median"]]
         return min(vals) if vals else None
