@@ -470,7 +470,11 @@ class TuneSession:
     def _note_handover(self, run: "_LayerTuning") -> None:
         """Say once when the guided GA has handed a shallow history's layer to transfer
         XGBoost (search.ga_tuner.GuidedGATuner.handover): the report keeps the tuner
-        dispatch chose and adds which took over, and after how many configs."""
+        dispatch chose and adds which took over, and after how many configs, and how many
+        of its first population were transfer XGBoost's picks (``model_seeds``)."""
+        picks = getattr(run.tuner, "model_picks", 0)
+        if picks and "model_seeds" not in run.out:
+            run.out["model_seeds"] = picks  # of its first population, from transfer XGBoost's first batch (run 52)
         at = getattr(run.tuner, "handed_over_at", None)
         if at is None or "handed_over" in run.out:
             return
@@ -478,7 +482,7 @@ class TuneSession:
         run.out["handed_over"] = {"to": to, "after_configs": at}
         self.reporter.message(
             f"{run.layer.name}: {run.tuner_name} handed the layer to {to} after {at} measured configs "
-            "(its first population, from history): history is shallow"
+            f"(its first population, from history{f' and {picks} of {to} picks' if picks else ''}): history is shallow"
         )
 
     def _close_layer(self, run: "_LayerTuning") -> dict[str, Any]:

@@ -465,6 +465,12 @@ class GuidedGATuner(GATuner):
         self.handed_over_at = len(self.state.results)
 
     @property
+    def model_picks(self) -> int:
+        """How many of the first population's places went to transfer XGBoost's first
+        batch (``model_seeds``; fewer where the space or history had no more to give)."""
+        return len(self._model_keys)
+
+    @property
     def source_weights(self) -> dict[str, float]:
         """Each source's chance of ranking the layer's results best, as the tuner that
         has the layer now weighs them (empty while unranked)."""

@@ -397,8 +397,9 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
 
 def test_the_guided_ga_hands_a_shallow_historys_layer_to_transfer_xgboost(tmp_path, capsys):
     """History a 4-trial tune left (the conv+relu) is shallow: the twin goes to the guided
-    GA (a close match), which measures its first population, 32 configs, then hands the
-    layer to transfer XGBoost; the report, the table and the progress say so (run 46b)."""
+    GA (a close match), which measures its first population, 32 configs (8 of them
+    transfer XGBoost's picks), then hands the layer to transfer XGBoost; the report, the
+    table and the progress say so (runs 46b, 52)."""
     db = str(tmp_path / "h.db")
 
     def tune(model: Path, trials: int) -> list[dict]:
@@ -418,8 +419,10 @@ def test_the_guided_ga_hands_a_shallow_historys_layer_to_transfer_xgboost(tmp_pa
     assert twin["history_records"]["per_source_median"] == 4
     # at the first batch once 32 are measured (the split's chunks need not end there)
     assert twin["handed_over"]["to"] == "tl_xgb" and 32 <= twin["handed_over"]["after_configs"] < 40
-    assert any(e["event"] == "message" and e["text"].startswith(f"{twin['name']}: gga handed the layer to tl_xgb after")
-               for e in events)
+    (said,) = [e["text"] for e in events if e["event"] == "message"
+               and e["text"].startswith(f"{twin['name']}: gga handed the layer to tl_xgb after")]
+    # a quarter of its first population was transfer XGBoost's first picks (run 52)
+    assert twin["model_seeds"] == 8 and "from history and 8 of tl_xgb picks" in said
     from autotune.report import format_table
 
     assert f"gga (guided, then tl_xgb after {twin['handed_over']['after_configs']})" in format_table({"layers": [twin]}, width=240)
