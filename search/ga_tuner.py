@@ -554,7 +554,7 @@ class GuidedGATuner(GATuner):
         from search.xgb_tuner import TransferXGBTuner
 
         model = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features)
-        mapped = set(self._mapped_seed_keys(self.pop_size - n))
+        mapped = set(self._mapped_seed_keys(self._mapped_limit(n)))
         picks: list[Key] = []
         for cfg in model.ask(self.pop_size):
             key = self._encoder.exact_indices(cfg)
@@ -571,8 +571,12 @@ class GuidedGATuner(GATuner):
         mapped = [self._prior_mapped[i] for i in idx]
         return history_seed_order(mapped, self._prior_group[idx], self._prior_perf[idx], sims, limit)
 
+    def _mapped_limit(self, picks: int) -> int:
+        """History's share of the first population beside ``picks`` of the model's."""
+        return int(round(self.seed_frac * self.pop_size)) - picks
+
     def _seed_keys(self) -> list[Key]:
-        limit = int(round(self.seed_frac * self.pop_size)) - len(self._model_keys)
+        limit = self._mapped_limit(len(self._model_keys))
         return self._model_keys + [k for k in self._mapped_seed_keys(limit) if k not in self._model_keys]
 
     def _measure_first(self, pop: list[Any]) -> list[Any]:

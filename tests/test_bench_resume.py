@@ -495,6 +495,10 @@ def test_a_replay_completes_an_existing_history_on_a_copy(tmp_path, monkeypatch)
     assert replayed["layers"][0]["history_depth"] == measured["layers"][0]["history_depth"]
     assert replayed["replay"]["nearest"] == 0
     assert records(shallow) == before  # the replay worked on a copy
+    # a source the history must complete and the file never measured: one line, nothing written
+    with pytest.raises(SystemExit, match="of --source resnet18:3: conv2d3;") as exit_:
+        run(shallow, "lacking", 4, "--replay", str(measurements), "--source", "resnet18:3")
+    assert "\n" not in str(exit_.value) and records(shallow) == before
 
 
 def test_the_fastest_config_is_checked_against_the_layers_reference():
