@@ -260,6 +260,9 @@ def test_each_layer_is_also_compared_as_autotune_would_dispatch_it():
     assert as_dispatched(with_options)["dispatched"] == "gga:pop_size=16"
     two_variants = {**high, "tuners": {**with_options["tuners"], "gga:pop_size=8": tuners["gga"]}}
     assert as_dispatched(two_variants) is None  # which one autotune would run is not known
+    # beside a variant with options, the tuner named bare is what tune runs (run 53)
+    with_default = {**high, "tuners": {**tuners, "gga:model_seeds=0": tuners["gga"]}}
+    assert as_dispatched(with_default)["dispatched"] == "gga"
     table = markdown_table({"trials": 10, "layers": [high, low]})
     assert "| m:hi (0.90) | gga | 10 / 2 (5.0x) |" in table
     assert "| m:lo (0.50) | tl_xgb | 10 / 5 (2.0x) |" in table

@@ -93,7 +93,9 @@ def as_dispatched(row: dict) -> dict | None:
     """``row`` cut down to cold XGBoost and the tuner ``autotune tune`` would give this
     layer (by its match score, default thresholds), named ``"autotune"``: what a user
     gets against tuning with no history, where the paper's pairs compare each guided
-    tuner with its own baseline. None when those curves are not in the row.
+    tuner with its own baseline. Of several variants of that tuner, the one named with
+    no options (tune's defaults). None when those curves are not in the row, or when
+    several variants ran and none is that one.
     """
     from autotune.dispatch import choose
 
@@ -101,6 +103,8 @@ def as_dispatched(row: dict) -> dict | None:
     pick = choose(row["match_score"], exact=False).tuner
     # the run may name it with options (gga:pop_size=16): dispatch picks the tuner, not them
     runs = [t for t in tuners if t.partition(":")[0] == pick]
+    if len(runs) > 1 and pick in runs:
+        runs = [pick]  # several variants ran: the one with no options is what tune runs
     if "xgb" not in tuners or pick == "xgb" or len(runs) != 1:
         return None
     return {**row, "dispatched": runs[0], "tuners": {"xgb": tuners["xgb"], "autotune": tuners[runs[0]]}}
