@@ -304,3 +304,36 @@ def embed_fatbins(host_module, arch: str, target) -> DeviceBinaries:
     carried = {BINARY_FORMAT if fmt == SOURCE_FORMAT and info["modules"] else fmt for fmt in formats}
     info["format"] = ",".join(sorted(carried)) or None
     return DeviceBinaries(blob.to_bytes(), info)
+
+
+def generated_cuda_source(mod, target) -> str:
+    """The CUDA C that TVM generates for ``mod`` (a scheduled IRModule), as its CUDA
+    compiler would receive it: captured from the compile callback where TVM compiles
+    (a GPU is present), else read from the module that carries it."""
+    import tvm
+    import tvm_ffi
+
+    name = "tvm_callback_cuda_compile"
+    original = tvm_ffi.get_global_func(name, allow_missing=True)
+    captured: list[str] = []
+
+    def capture(code: str):
+        captured.append(code)
+        return original(code)
+
+    if original is not None:
+        tvm_ffi.register_global_func(name, capture, override=True)
+    try:
+        with target:
+            lib = tvm.compile(mod, target=target)
+    finally:
+        if original is not None:
+            tvm_ffi.register_global_func(name, original, override=True)
+    if captured:
+        return captured[-1]
+    blob = ImportsBlob.parse(pack_imports(getattr(lib, "mod", lib)))
+    modules = [CudaPayload.parse(p) for kind, p in blob.modules if kind == "cuda" and p]
+    sources = [m.code.decode("utf-8") for m in modules if m.fmt == SOURCE_FORMAT]
+    if not sources:
+        raise AutotuneError(f"the module holds no CUDA C (formats: {[m.fmt for m in modules]})")
+    return sources[0]

@@ -13,6 +13,7 @@ status, never an exception out of the tuning loop.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -76,12 +77,27 @@ def _build_worker(mod, target, export_dir: str) -> str:
 
     from autotune.device_code import export_library
 
+    if target.kind.name == "cuda":
+        _header_cache(export_dir)
     with target:
         rt_mod = tvm.compile(mod, target=target)
     fd, path = tempfile.mkstemp(suffix=".so", dir=export_dir)
     os.close(fd)
     export_library(rt_mod, path, target)
     return path
+
+
+#: Each build worker's NVRTC header file goes in ``<export dir>/<this>-<pid>``.
+_PCH_DIR = "nvrtc-pch"
+
+
+@functools.lru_cache(maxsize=1)
+def _header_cache(export_dir: str) -> str:
+    """Once per worker: NVRTC reuses the headers it parsed for the worker's first kernel
+    (about half of a conv kernel's compile, :mod:`autotune.nvrtc_headers`)."""
+    from autotune.nvrtc_headers import enable_header_cache
+
+    return enable_header_cache(pch_dir=os.path.join(export_dir, f"{_PCH_DIR}-{os.getpid()}"))
 
 
 def _warm_worker() -> None:
@@ -105,6 +121,7 @@ class WarmBuilder:
         if self._pool is None or self._uses >= _RECYCLE_AFTER:
             if self._pool is not None:
                 self._pool.shutdown()
+                self._drop_header_files()
             self._pool = PopenPoolExecutor(
                 max_workers=self.max_workers, timeout=self.timeout_sec, initializer=_warm_worker
             )
@@ -128,6 +145,12 @@ class WarmBuilder:
             else:
                 results.append(BuilderResult(None, f"build error: {res.value}"))
         return results
+
+    def _drop_header_files(self) -> None:
+        """The pool kills its workers, so NVRTC leaves their header files (60 MB each)."""
+        for name in os.listdir(self.export_dir):
+            if name.startswith(f"{_PCH_DIR}-"):
+                shutil.rmtree(os.path.join(self.export_dir, name), ignore_errors=True)
 
     def close(self) -> None:
         if self._pool is not None:

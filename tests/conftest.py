@@ -27,3 +27,21 @@ def has_gpu() -> bool:
         return gpu_present()
     except Exception:
         return False
+
+
+@pytest.fixture(scope="module")
+def cuda_mod():
+    """Two elementwise kernels, scheduled for CUDA (threads bound)."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((4096,), name="A")
+    b = te.compute((4096,), lambda i: a[i] * 2.0, name="B")
+    c = te.compute((4096,), lambda i: b[i] + 1.0, name="C")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, c]))
+    for name in ("B", "C"):
+        (loop,) = sch.get_loops(sch.get_sblock(name))
+        outer, inner = sch.split(loop, [None, 128])
+        sch.bind(outer, "blockIdx.x")
+        sch.bind(inner, "threadIdx.x")
+    return sch.mod

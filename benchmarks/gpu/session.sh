@@ -35,6 +35,7 @@
 #   bash benchmarks/gpu/session.sh rpc       # tune --rpc against a server that cannot compile CUDA
 #   bash benchmarks/gpu/session.sh primitives  # conv/pool/LRN/BN/ReLU/FC/softmax vs cuDNN/cuBLAS
 #   bash benchmarks/gpu/session.sh zoo       # dqn, autoencoder, speech, seq2seq, memnet: tune, export, check
+#   bash benchmarks/gpu/session.sh nvrtc     # NVRTC with and without the build workers' header cache
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
 # history DB and the measurement file persist on the warm machine, so the next call
@@ -101,7 +102,12 @@
 #    2026-11-26 approximated 63% to 90% of the guided tuners' answers (about 3,000 new
 #    measurements for five layers), so it says nothing yet; see the notebook.
 # Throughput on 2026-11-26 (sixth session): 0.32 s a new measurement, building (NVRTC on
-# 16 workers) 63% of it; size a call by a --replay here first (above).
+# 16 workers) 63% of it; size a call by a --replay here first (above). Since later on
+# 2026-11-26 the build workers reuse NVRTC's parsed headers (autotune/nvrtc_headers.py:
+# NVRTC 1.7x faster on 40 kernels of five of these layers on the CPU machine, every cubin
+# byte-identical): chain `bash benchmarks/gpu/session.sh nvrtc` (about 15 s) before item 1
+# in the same call, so the file says what it does on the H100's NVRTC, and compare the
+# progress lines' build seconds with the sixth session's; AUTOTUNE_NVRTC_PCH=0 turns it off.
 # Since run 46 (2026-11-26) the guided GA hands a layer whose history sources hold a
 # median under 128 configs to transfer XGBoost after its first population: on the H100
 # history that is after 16 trials with `gga:pop_size=16` (deepening three neighbours
@@ -209,6 +215,13 @@ primitives)
   step primitives "${LIMIT:-560}" $py benchmarks/bench_primitives.py --target cuda --trials "${TRIALS:-64}" \
     --out "$R/primitives_cuda.json" "$@"
   ;;
+nvrtc)
+  # NVRTC with and without the build workers' header cache (autotune/nvrtc_headers.py,
+  # 2026-11-26): seconds per kernel and byte-identical cubins, on this machine's NVRTC
+  # (about 15 s with the defaults here).
+  step nvrtc "${LIMIT:-120}" $py benchmarks/bench_nvrtc_headers.py --layers "${LAYERS:-resnet18:3,resnet18:1}" \
+    --configs "${CONFIGS:-3}" --out "$R/nvrtc_headers.json" "$@"
+  ;;
 zoo)
   # The zoo models added on 2026-11-25, none of which has run on a GPU: tune, export, and
   # run the export against ONNX's reference.
@@ -218,6 +231,6 @@ zoo)
     step "run_$m" 90 $py -m autotune run "$R/$m.so" --check "$m" --json
   done
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | zoo)"; exit 2 ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | zoo)"; exit 2 ;;
 esac
 pack
