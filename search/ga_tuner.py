@@ -383,9 +383,13 @@ class GuidedGATuner(GATuner):
         handover: int | None = None,
         handover_local_share: float = HANDOVER_LOCAL_SHARE,
         model_seeds: int | None = None,
+        picks_order: str = "turns",
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        if picks_order not in ("turns", "ranked"):
+            raise ValueError(f"picks_order must be 'turns' or 'ranked', not {picks_order!r}")
+        self.picks_order = picks_order
         if model_seeds is None:
             model_seeds = self.pop_size // 4 if shallow_history(self.priors) else 0
         if not 0 <= int(model_seeds) <= self.pop_size:
@@ -590,6 +594,8 @@ class GuidedGATuner(GATuner):
         if self.measure_order == "turns" or not self.priors or not pop:
             return list(pop)
         picked = set(self._model_keys)
+        if self.picks_order == "ranked" and picked:
+            return self._ranked_with_picks(pop, picked)
         model = sorted((ind for ind in pop if tuple(ind) in picked), key=lambda ind: self._model_keys.index(tuple(ind)))
         pop = [ind for ind in pop if tuple(ind) not in picked]
         keys = [tuple(ind) for ind in pop]
@@ -599,6 +605,18 @@ class GuidedGATuner(GATuner):
         ranked = [pop[i] for i in order]
         # transfer XGBoost's picks by turns with history's, in the model's order
         return [ind for pair in zip_longest(ranked, model) for ind in pair if ind is not None]
+
+    def _ranked_with_picks(self, pop: list[Any], picked: set[Key]) -> list[Any]:
+        """The whole first population in the history ranker's order, transfer XGBoost's
+        picks ranked with history's mapped configs, each pick a source of its own (so,
+        hedged, ahead of any source's second config)."""
+        keys = [tuple(ind) for ind in pop]
+        order = self._history_ranker().order(np.array(keys, dtype=np.int64))
+        if self.measure_order == "hedged":
+            sources = self._sources_of(keys)
+            sources = [-2 - i if k in picked else src for i, (k, src) in enumerate(zip(keys, sources))]
+            order = per_source_first(order, sources, self.hedge_cap)
+        return [pop[i] for i in order]
 
     def _sources_of(self, keys: Sequence[Key]) -> list[int]:
         """The source workload each key was seeded from (its most similar kept source

@@ -890,6 +890,27 @@ def test_gga_can_give_part_of_its_first_population_to_transfer_xgbs_first_batch(
     assert len(without.ask(16)) == 16 and without.model_seeds == 6
 
 
+def test_gga_can_rank_transfer_xgbs_picks_with_historys_configs(target):
+    """``picks_order="ranked"``: the same first population, measured in the history
+    ranker's order with each pick a source of its own (a screen of 2026-11-26; by turns
+    stays the default). Only the order of the first population changes."""
+    source = MatmulSpace(64, 128, 64)
+    shallow = shallow_priors(source) + shallow_priors(source, "dense_64_128_64_again")
+    opts = dict(seed=4, layer_features=target.layer_features, pop_size=16, model_seeds=6)
+    by_turns = make_tuner("gga", target, priors=shallow, **opts)
+    ranked = make_tuner("gga", target, priors=shallow, picks_order="ranked", **opts)
+    first = [target.to_indices(c) for c in ranked.ask(16)]
+    assert sorted(map(tuple, first)) == sorted(tuple(target.to_indices(c)) for c in by_turns.ask(16))
+    keys = [tuple(k) for k in first]
+    scores = ranked._history_ranker().score(np.array(keys, dtype=np.int64))
+    picks = set(ranked._model_keys)
+    sources = [-2 - i if k in picks else s for i, (k, s) in enumerate(zip(keys, ranked._sources_of(keys)))]
+    expected = per_source_first(np.argsort(-scores, kind="stable"), sources, ranked.hedge_cap)
+    assert list(expected) == sorted(expected)  # asked in exactly that order
+    with pytest.raises(ValueError, match="picks_order"):
+        make_tuner("gga", target, priors=shallow, picks_order="model")
+
+
 def test_the_hand_over_can_go_to_transfer_xgb_without_its_one_knob_moves(target):
     """``handover_local_share=0``: the successor is transfer XGBoost as it is (which
     part of the hand-over's gain is the moves, run 50)."""
