@@ -87,7 +87,10 @@
 #    a replay here (the guided GA as it was) sized it at about
 #    950 new measurements for the first conv, 970 for conv2d7, 800 for MobileNetV2 (their
 #    baselines are in the file) and 1,640 for conv2d4 (its baselines too are new): some
-#    23 minutes in all, so two sessions; conv2d4 last.
+#    23 minutes in all, so two sessions; conv2d4 last. Sized again with today's guided GA
+#    (later on 2026-11-26, 242 s here): 955, 964, 795 and 1,640 answers the file lacks. At
+#    the 0.23 s a measurement that NVRTC's headers may bring (above), item 1 and the
+#    first three layers come to about 13 minutes: one session if the estimate holds.
 # 3. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
 #    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new).
 #    This needs a database of the committed export alone, so that its history is not
@@ -158,7 +161,7 @@ history|ceiling)
   # The versions a replay elsewhere must match: the model-based tuners' proposals follow
   # XGBoost's version (3.4.1 here against 3.2.0 on the CPU machine made the H100 file of
   # 2026-11-22 replay only approximately there; stage the CPU machine's version).
-  step env 30 bash -c "nvidia-smi -L; $py -c 'import sys, numpy, scipy, xgboost; print(\"python\", sys.version.split()[0], \"numpy\", numpy.__version__, \"scipy\", scipy.__version__, \"xgboost\", xgboost.__version__)'"
+  step env 30 bash -c "nvidia-smi -L; $py -c 'import sys, numpy, scipy, xgboost; print(\"python\", sys.version.split()[0], \"numpy\", numpy.__version__, \"scipy\", scipy.__version__, \"xgboost\", xgboost.__version__)'; $py -c 'from autotune.nvrtc_headers import nvrtc_version, enable_header_cache; print(\"nvrtc\", nvrtc_version(), \"header cache:\", enable_header_cache({}))'"
   # The history database lives outside $R, so calls to one warm machine share it (the
   # benchmark completes a partial history instead of rebuilding it); a copy comes back
   # in the archive, to carry into a fresh machine with HISTORY_DB=path.
