@@ -10,7 +10,7 @@ read-only, and only if it exists.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
+import os
 import platform
 import shutil
 import subprocess
@@ -27,7 +27,10 @@ def environment(history: str | None = None, *, mlflow_uri: str | None = None) ->
     from autotune.tracking import resolve_tracking_uri
     from history.location import autotune_home
 
+    from autotune.nvrtc_headers import enable_header_cache, nvrtc_version
+
     auto = resolve_target("auto")
+    nvrtc = nvrtc_version()
     cpu = auto if auto.kind == "llvm" else resolve_target("llvm")
     return {
         "autotune": __version__,
@@ -39,8 +42,11 @@ def environment(history: str | None = None, *, mlflow_uri: str | None = None) ->
             "gpu": gpu_present(),
             "nvcc": _nvcc(),
             # TVM compiles CUDA C through NVRTC from cuda-bindings; without it (and
-            # without nvcc) CUDA modules can be neither built nor loaded from source
-            "nvrtc": _has_module("cuda.bindings.nvrtc"),
+            # without nvcc) CUDA modules can be neither built nor loaded from source.
+            # Its version, once cuda-bindings has loaded libnvrtc (None: it cannot).
+            "nvrtc": f"{nvrtc[0]}.{nvrtc[1]}" if nvrtc else None,
+            # whether CUDA build workers keep its headers parsed (autotune.nvrtc_headers)
+            "nvrtc_header_cache": enable_header_cache(dict(os.environ), version=nvrtc) if nvrtc else "off: no NVRTC here",
         },
         "home": autotune_home(),
         "history": _history(history),
@@ -59,7 +65,8 @@ def format_text(info: dict[str, Any]) -> str:
         ("cpu key", cpu["key"]),
         ("gpu", "yes" if cuda["gpu"] else "none found"),
         ("nvcc", cuda["nvcc"] or "not found (CUDA exports then carry CUDA C, not a fatbin)"),
-        ("nvrtc", "yes" if cuda["nvrtc"] else "no (cuda-bindings missing: TVM cannot compile CUDA C here)"),
+        ("nvrtc", f"{cuda['nvrtc']}, build workers' header cache {cuda['nvrtc_header_cache']}" if cuda["nvrtc"]
+         else "no (cuda-bindings or libnvrtc missing: TVM cannot compile CUDA C here)"),
         ("home", info["home"]),
         ("history", hist["url"] + ("" if hist["exists"] else " (not created yet)")),
     ]
@@ -77,13 +84,6 @@ def _version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _target(spec) -> dict[str, Any]:

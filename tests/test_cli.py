@@ -665,6 +665,11 @@ def test_info_reports_this_machine_and_reads_history_without_creating_it(capsys,
     assert info["cpu"]["key"] == resolve_target("llvm").key and info["target_auto"]["key"] == resolve_target("auto").key
     assert info["history"] == {"url": f"sqlite:///{history}", "exists": False} and not history.exists()
     assert info["home"] == str(env / "home" / ".autotune") and info["mlflow_tracking_uri"].startswith("sqlite:///")
+    from autotune.nvrtc_headers import nvrtc_version
+
+    version = nvrtc_version()  # what cuda-bindings loads, if anything: said as it is, cache state beside it
+    assert info["cuda"]["nvrtc"] == (f"{version[0]}.{version[1]}" if version else None)
+    assert info["cuda"]["nvrtc_header_cache"].startswith(("on", "already on") if version and version >= (12, 8) else "off:")
     with open_history(str(history)) as store:
         store.register_target(TargetInfo("llvm", "znver3", "cpu-a"))
         store.register_workload(WorkloadInfo("w1", "i1", "conv2d", {"name": "c"}, 1e6, (1.0,)))
