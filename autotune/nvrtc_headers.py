@@ -1,7 +1,7 @@
 """NVRTC's precompiled headers for the CUDA kernels a build worker compiles.
 
-NVRTC took about 1.0 s per ResNet-18 conv kernel here, 0.6 s of it parsing the libcu++
-headers that TVM's NVRTC path and its generated code include (``cuda/std/cstdint``,
+NVRTC took about 0.9 s per ResNet-18 conv kernel here, more than half of it parsing the
+libcu++ headers that TVM's NVRTC path and its generated code include (``cuda/std/cstdint``,
 ``limits``, ``type_traits``); on the lent H100 building was most of a measurement's time.
 NVRTC 12.8+ can keep a parsed header prefix in the process and reuse it (``--pch``), but
 only for the ``#include`` lines before a source's first line of code, and TVM's

@@ -26,8 +26,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _emit import emit  # noqa: E402
 
 
-def cuda_sources(layer_spec: str, configs: int, target, seed: int) -> list[str]:
-    """CUDA C of ``configs`` random valid schedules of a zoo layer, as TVM generates it."""
+def cuda_sources(layer_spec: str, size: int, configs: int, target, seed: int) -> tuple[list[str], int]:
+    """CUDA C of ``configs`` random valid schedules of a zoo layer, as TVM generates it,
+    and how many schedules TVM could not lower on the way (skipped)."""
     import numpy as np
 
     from autotune.device_code import generated_cuda_source
@@ -35,18 +36,21 @@ def cuda_sources(layer_spec: str, configs: int, target, seed: int) -> list[str]:
     from templates.meta_schedule_space import MetaScheduleSpace
     from templates.space import InvalidConfig
 
-    space = MetaScheduleSpace(layer_at(layer_spec, 224).func, target, name=layer_spec)
+    space = MetaScheduleSpace(layer_at(layer_spec, size).func, target, name=layer_spec)
     rng = np.random.default_rng(seed)
     sources: list[str] = []
-    tries = 0
+    tries = failed = 0
     while len(sources) < configs and tries < 50 * configs:
         tries += 1
         try:
             mod = space.apply(space.random_config(rng))
         except InvalidConfig:
             continue
-        sources.append(generated_cuda_source(mod, target))
-    return sources
+        try:
+            sources.append(generated_cuda_source(mod, target))
+        except Exception:  # TVM cannot lower it: a build error in a tune, no kernel to compile here
+            failed += 1
+    return sources, failed
 
 
 def compile_seconds(source: str, arch: str) -> tuple[float, str]:
@@ -60,6 +64,7 @@ def compile_seconds(source: str, arch: str) -> tuple[float, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5")
+    parser.add_argument("--size", type=int, default=56, help="input side (56: the history-guided benchmark's)")
     parser.add_argument("--configs", type=int, default=8)
     parser.add_argument("--arch", default=None, help="sm_XY (default: the GPU's, else sm_90)")
     parser.add_argument("--seed", type=int, default=0)
@@ -74,7 +79,8 @@ def main() -> int:
         raise SystemExit("error: no NVRTC here (install cuda-bindings with a libnvrtc it can load)")
     spec = resolve_target(f"cuda:{args.arch}" if args.arch else "cuda")
     arch = spec.arch
-    sources = {name: cuda_sources(name, args.configs, spec.tvm_target, args.seed) for name in args.layers.split(",")}
+    generated = {name: cuda_sources(name, args.size, args.configs, spec.tvm_target, args.seed) for name in args.layers.split(",")}
+    sources = {name: srcs for name, (srcs, _) in generated.items()}
 
     saved = os.environ.get(nvrtc_headers.TVM_OPTIONS_VAR)
     plain = {name: [compile_seconds(src, arch) for src in srcs] for name, srcs in sources.items()}
@@ -94,6 +100,7 @@ def main() -> int:
         b = [s for s, _ in cached[name]]
         layers[name] = {
             "kernels": len(a),
+            "lowering_failures_skipped": generated[name][1],
             "source_lines_median": statistics.median(len(s.splitlines()) for s in sources[name]),
             "seconds_plain_median": round(statistics.median(a), 3),
             "seconds_cached_median": round(statistics.median(b), 3),
@@ -104,7 +111,7 @@ def main() -> int:
     all_b = [s for v in cached.values() for s, _ in v]
     emit({
         "benchmark": "nvrtc_headers", "nvrtc": f"{version[0]}.{version[1]}", "arch": arch, "status": status,
-        "options": nvrtc_headers.header_cache_options(), "configs_per_layer": args.configs, "seed": args.seed,
+        "options": nvrtc_headers.header_cache_options(), "size": args.size, "configs_per_layer": args.configs, "seed": args.seed,
         "first_cached_compile_seconds": round(first, 3), "layers": layers,
         "all": {"kernels": len(all_a), "seconds_plain_total": round(sum(all_a), 2), "seconds_cached_total": round(sum(all_b), 2),
                 "cubins_identical": sum(v["cubins_identical"] for v in layers.values())},

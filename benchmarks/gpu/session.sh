@@ -89,7 +89,7 @@
 #    baselines are in the file) and 1,640 for conv2d4 (its baselines too are new): some
 #    23 minutes in all, so two sessions; conv2d4 last. Sized again with today's guided GA
 #    (later on 2026-11-26, 242 s here): 955, 964, 795 and 1,640 answers the file lacks. At
-#    the 0.23 s a measurement that NVRTC's headers may bring (above), item 1 and the
+#    the 0.22 s a measurement that NVRTC's headers may bring (above), item 1 and the
 #    first three layers come to about 13 minutes: one session if the estimate holds.
 # 3. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
 #    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new).
@@ -107,7 +107,7 @@
 # Throughput on 2026-11-26 (sixth session): 0.32 s a new measurement, building (NVRTC on
 # 16 workers) 63% of it; size a call by a --replay here first (above). Since later on
 # 2026-11-26 the build workers reuse NVRTC's parsed headers (autotune/nvrtc_headers.py:
-# NVRTC 1.7x faster on 40 kernels of five of these layers on the CPU machine, every cubin
+# NVRTC 1.9x faster on 40 kernels of five of these layers on the CPU machine, every cubin
 # byte-identical): chain `bash benchmarks/gpu/session.sh nvrtc` (about 15 s) before item 1
 # in the same call, so the file says what it does on the H100's NVRTC, and compare the
 # progress lines' build seconds with the sixth session's; AUTOTUNE_NVRTC_PCH=0 turns it off.
