@@ -9,6 +9,13 @@ byte-identical. Needs NVRTC (``cuda-bindings``) and CUDA headers; no GPU. Prints
 JSON object.
 
 Run:  python benchmarks/bench_nvrtc_headers.py --layers resnet18:3,mobilenetv2:5 --configs 8 --out FILE
+
+On the CPU machine (no GPU, no NVRTC) the figures in the README came from NVRTC off pip,
+kept out of the project's environment:
+  pip install --target /tmp/nvrtc-site cuda-bindings nvidia-cuda-nvrtc==13.0.88   # nvcc's CUDA
+  CUDA_PATH=/usr/local/cuda-13.0 LD_LIBRARY_PATH=/tmp/nvrtc-site/nvidia/cu13/lib \
+    PYTHONPATH=/tmp/nvrtc-site python benchmarks/bench_nvrtc_headers.py --configs 8
+(TVM looks for CUDA's headers beside ``nvcc``, which here is a wrapper script elsewhere.)
 """
 
 from __future__ import annotations
