@@ -216,6 +216,9 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     errors = report.get("model_latency_errors")
     if isinstance(errors, Mapping) and errors:
         caption += f"  (not measured: {next(iter(errors.values()))})"
+    spent = report.get("measure_seconds")
+    if isinstance(spent, Mapping) and any(_num(v) for v in spent.values()):
+        caption += f"  measuring: build {_num(spent.get('build')) or 0:.0f} s, run {_num(spent.get('run')) or 0:.0f} s"
     if report.get("run_id"):
         caption += f"  run {report['run_id']}"
 

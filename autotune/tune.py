@@ -248,6 +248,10 @@ class TuneSession:
                 report["layers"].append(outcome)
             if opts.model_latency:
                 self._time_model(report, "model_latency_after", mod, layers, use_history=True)
+            # where measuring went: building candidates (TVM, then NVRTC or nvcc on CUDA)
+            # against timing them; both zero when history answered every layer
+            spent = self._measurer.seconds if self._measurer is not None else {"build": 0.0, "run": 0.0}
+            report["measure_seconds"] = {k: round(v, 2) for k, v in spent.items()}
             status = "finished"
         except KeyboardInterrupt:
             status = "killed"

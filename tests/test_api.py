@@ -122,6 +122,9 @@ def test_tune_compile_run_through_the_api(tmp_path):
     assert api.report(tmp_path / "run")["layers"] == json.loads(json.dumps(report["layers"], default=str))
     tuned = [l for l in report["layers"] if l["trials"] > 0]
     assert sum(l["trials"] for l in tuned) == 4 and all(l["tuner"] == "random" for l in tuned)
+    # where measuring went, as the table's caption says it too
+    assert report["measure_seconds"]["build"] > 0 and report["measure_seconds"]["run"] > 0
+    assert "measuring: build" in (tmp_path / "run" / "layers.txt").read_text()
     with open_history(str(history), readonly=True) as store:
         assert len([r for r in store.records() if r.tuner == "random" and r.status != "invalid"]) == 4
 

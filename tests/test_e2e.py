@@ -110,6 +110,9 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
     (line,) = capsys.readouterr().out.strip().splitlines()  # --quiet: the report, no progress events
     report = json.loads(line)
     assert report["event"] == "report"
+    # the layer tuned now was built and timed; the report says for how long
+    assert any(layer["trials"] > 0 for layer in report["layers"])
+    assert report["measure_seconds"]["build"] > 0 and report["measure_seconds"]["run"] > 0
     for layer in report["layers"]:
         if layer["workload_key"] in tuned_before:
             assert layer["dispatch"] == "exact" and layer["trials"] == 0 and layer["match_score"] == 1.0
