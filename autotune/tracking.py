@@ -552,6 +552,10 @@ def finish_with_report(tracker: Tracker, report: Mapping[str, Any], out_dir: str
     tracker.log_metric("model_latency_after_ms", None if after is None else float(after) * 1e3)
     if before and after:
         tracker.log_metric("model_speedup", float(before) / float(after))
+    spent = report.get("measure_seconds")
+    if isinstance(spent, Mapping):
+        for part in ("build", "run"):
+            tracker.log_metric(f"measure_{part}_s", spent.get(part))
 
     from autotune.report import summary_rows
 

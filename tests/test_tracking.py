@@ -30,6 +30,7 @@ def make_report() -> dict[str, Any]:
         "versions": {"autotune": "0.1.0", "tvm": "0.27.0.post1"},
         "model_latency_before": 0.0123,
         "model_latency_after": 0.0081,
+        "measure_seconds": {"build": 41.5, "run": 12.25},
         "roofline": {"peak_flops": 1.0e12, "peak_bw": 5.0e10, "source": "measured", "device_name": "Test CPU 9000"},
         "layers": [
             {
@@ -133,6 +134,7 @@ def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
     assert parent.data.metrics["model_latency_before_ms"] == pytest.approx(12.3)
     assert parent.data.metrics["model_latency_after_ms"] == pytest.approx(8.1)
     assert parent.data.metrics["model_speedup"] == pytest.approx(0.0123 / 0.0081)
+    assert parent.data.metrics["measure_build_s"] == 41.5 and parent.data.metrics["measure_run_s"] == 12.25
 
     kids = children_of(client, run_id)
     assert set(kids) == {"fused_conv2d_add_relu", "fused_dense_add"}
