@@ -85,6 +85,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _fresh(value: Any) -> Any:
+    """A copy of a JSON-plain value's lists, so no two configs share one."""
+    if isinstance(value, list):
+        return [_fresh(v) if isinstance(v, list) else v for v in value]
+    return value
+
+
 class KnobSpace(ABC):
     """A finite space of schedule configs for one layer on one target."""
 
@@ -125,7 +132,15 @@ class KnobSpace(ABC):
         return [k.index(config[k.name]) for k in self.knobs]
 
     def from_indices(self, indices: Sequence[int]) -> Config:
-        return {k.name: _jsonable(k.candidates[int(i)]) for k, i in zip(self.knobs, indices)}
+        # Search calls this for every point it looks at (a transfer XGBoost run anneals
+        # through about a million on CUDA), so candidates are made JSON-plain once per
+        # space and each call only copies their lists.
+        table = self.__dict__.get("_plain_candidates")
+        if table is None:
+            table = self.__dict__["_plain_candidates"] = [
+                (k.name, [_jsonable(c) for c in k.candidates]) for k in self.knobs
+            ]
+        return {name: _fresh(plain[int(i)]) for (name, plain), i in zip(table, indices)}
 
     def contains(self, config: Mapping[str, Any]) -> bool:
         try:

@@ -200,6 +200,19 @@ def test_config_json_and_index_round_trip(llvm_space, cuda_space):
             assert space.from_indices(space.to_indices(config_from_json(text))) == cfg
 
 
+def test_configs_from_indices_are_plain_json_and_share_no_list(cuda_space):
+    """Candidates are made JSON-plain once per space; each config still gets lists of its
+    own, so changing one config cannot change another or the space."""
+    idx = cuda_space.to_indices(cuda_space.default_config())
+    a, b = cuda_space.from_indices(idx), cuda_space.from_indices(np.array(idx, dtype=np.int64))
+    assert a == b and config_from_json(config_to_json(a)) == a
+    tiles = [name for name, value in a.items() if isinstance(value, list)]
+    assert tiles and all(type(v) is int for name in tiles for v in a[name])
+    for name in tiles:
+        a[name].append(-1)
+    assert cuda_space.from_indices(idx) == b and all(-1 not in b[name] for name in tiles)
+
+
 def test_config_from_json_rejects_non_objects():
     with pytest.raises(ValueError):
         config_from_json("[1, 2]")
