@@ -134,7 +134,6 @@ class XGBTuner(Tuner):
         self._sizes = np.array([len(k) for k in space.knobs], dtype=np.int64)
         # Only spaces that override the static check pay for it during annealing.
         self._checks_plausible = type(space).is_plausible is not KnobSpace.is_plausible
-        self._plausible: dict[tuple[int, ...], bool] = {}
         self._mutable = np.flatnonzero(self._sizes > 1)
         self._fitted_on = -1
         self._prior_seeds: list[tuple[int, ...]] = []
@@ -366,19 +365,12 @@ class XGBTuner(Tuner):
         return np.stack([self.rng.integers(self._sizes) for _ in range(n)]) if n else np.zeros((0, len(self._sizes)), dtype=np.int64)
 
     def _plausible_mask(self, rows: list[tuple[int, ...]]) -> np.ndarray:
-        """Static validity of index rows (memoized): annealing must not drift into
+        """Static validity of index rows: annealing must not drift into
         regions the space rejects, which the model never sees measured and so can't
         learn to avoid."""
         if not self._checks_plausible:
             return np.ones(len(rows), dtype=bool)
-        out = np.empty(len(rows), dtype=bool)
-        for i, row in enumerate(rows):
-            ok = self._plausible.get(row)
-            if ok is None:
-                ok = bool(self.space.is_plausible(self.space.from_indices(row)))
-                self._plausible[row] = ok
-            out[i] = ok
-        return out
+        return self.space.plausible_rows(rows)
 
     def _anneal(self) -> list[tuple[tuple[int, ...], float]]:
         """Simulated annealing on model scores; every visited point with its score."""

@@ -142,6 +142,10 @@ class KnobSpace(ABC):
             ]
         return {name: _fresh(plain[int(i)]) for (name, plain), i in zip(table, indices)}
 
+    def plausible_rows(self, rows: Any) -> np.ndarray:
+        """:meth:`is_plausible` of each index row of ``rows`` (one gene per knob)."""
+        return np.array([self.is_plausible(self.from_indices(row)) for row in rows], dtype=bool)
+
     def contains(self, config: Mapping[str, Any]) -> bool:
         try:
             self.to_indices(config)

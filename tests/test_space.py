@@ -331,6 +331,30 @@ def test_cuda_space_limits(cuda_space):
     assert len(spatial) == 4  # [blockIdx, vthread, threadIdx, inner, innermost] per spatial loop
 
 
+@pytest.mark.parametrize("estimate_shared", [True, False])
+def test_plausible_rows_decide_as_is_plausible_does(convs, llvm_space, estimate_shared):
+    """Search checks index rows in bulk (per-knob tables of threads and registers); each
+    verdict must be the one the config-by-config check gives, on CUDA with and without
+    the shared-memory estimate, and on LLVM (no limits). A GPU with few registers per
+    block makes every limit decide some rows (at sm_80's they never bind on this layer)."""
+    from autotune.target import resolve_target
+
+    small = resolve_target('{"kind": "cuda", "arch": "sm_80", "registers_per_block": 4096}').tvm_target
+    cuda = MetaScheduleSpace(convs[1].func, small, name=convs[1].name, estimate_shared=estimate_shared)
+    rng = np.random.default_rng(11)
+    for space in (cuda, llvm_space):
+        rows = np.stack([[int(rng.integers(len(k))) for k in space.knobs] for _ in range(3000)])
+        one_by_one = np.array([space.is_plausible(space.from_indices(row)) for row in rows])
+        assert (space.plausible_rows(rows) == one_by_one).all()
+        assert (space.plausible_rows([tuple(r) for r in rows[:5]]) == one_by_one[:5]).all()
+        if space is cuda:  # every check put to the test
+            why = [space.implausibility(space.from_indices(row)) or "" for row in rows]
+            assert one_by_one.any() and any("threads" in w for w in why) and any("registers" in w for w in why)
+            assert any("shared" in w for w in why) == estimate_shared
+        else:
+            assert one_by_one.all()
+
+
 def test_cuda_is_plausible_rejects_too_many_threads(cuda_space):
     base = cuda_space.default_config()
     nn = [1, 1, 1, 1, 1]
