@@ -21,6 +21,7 @@ import statistics
 import struct
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -112,6 +113,9 @@ class WarmBuilder:
         self.max_workers = max_workers or max(1, os.cpu_count() or 1)
         self.timeout_sec = timeout_sec
         self.export_dir = tempfile.mkdtemp(prefix="autotune-build-")
+        # removed by close(), or when the builder is collected or Python exits without it
+        # (49 empty folders had piled up under /tmp here from builders never closed)
+        self._remove_exports = weakref.finalize(self, shutil.rmtree, self.export_dir, True)
         self._pool = None
         self._uses = 0
 
@@ -156,7 +160,7 @@ class WarmBuilder:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        shutil.rmtree(self.export_dir, ignore_errors=True)
+        self._remove_exports()
 
 
 class Measurer:

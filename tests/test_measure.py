@@ -39,3 +39,21 @@ def test_local_runner_worker_is_recycled_and_timing_goes_on(monkeypatch: pytest.
         assert measurer.seconds["build"] > 0 and measurer.seconds["run"] > 0
     finally:
         measurer.close()
+
+
+def test_a_builder_never_closed_leaves_no_folder_behind() -> None:
+    """Its export folder goes with it when it is collected (or Python exits), and close()
+    may be called again after that without error."""
+    import gc
+    import os
+
+    builder = measure.WarmBuilder(max_workers=1)
+    folder = builder.export_dir
+    assert os.path.isdir(folder)
+    del builder
+    gc.collect()
+    assert not os.path.exists(folder)
+    closed = measure.WarmBuilder(max_workers=1)
+    closed.close()
+    closed.close()
+    assert not os.path.exists(closed.export_dir)
