@@ -23,11 +23,10 @@ PACKAGES = ("apache-tvm", "apache-tvm-ffi", "onnx", "onnxsim", "xgboost", "deap"
 def environment(history: str | None = None, *, mlflow_uri: str | None = None) -> dict[str, Any]:
     """Everything ``autotune info`` reports, as JSON-ready values."""
     from autotune import __version__
+    from autotune.nvrtc_headers import enable_header_cache, nvrtc_version
     from autotune.target import gpu_present, resolve_target
     from autotune.tracking import resolve_tracking_uri
     from history.location import autotune_home
-
-    from autotune.nvrtc_headers import enable_header_cache, nvrtc_version
 
     auto = resolve_target("auto")
     nvrtc = nvrtc_version()
