@@ -45,7 +45,7 @@ def environment(history: str | None = None, *, mlflow_uri: str | None = None) ->
             # Its version, once cuda-bindings has loaded libnvrtc (None: it cannot).
             "nvrtc": f"{nvrtc[0]}.{nvrtc[1]}" if nvrtc else None,
             # whether CUDA build workers keep its headers parsed (autotune.nvrtc_headers)
-            "nvrtc_header_cache": enable_header_cache(dict(os.environ), version=nvrtc) if nvrtc else "off: no NVRTC here",
+            "nvrtc_header_cache": enable_header_cache(dict(os.environ), version=nvrtc),
         },
         "home": autotune_home(),
         "history": _history(history),
