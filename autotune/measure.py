@@ -27,8 +27,11 @@ from typing import Any, Sequence
 
 from autotune.target import TargetSpec
 
-#: Worker processes are recycled after this many builds (PopenPool leaks slowly).
-_RECYCLE_AFTER = 200
+#: The build pool is recycled (PopenPool leaks slowly) once it has built this many
+#: candidates per worker. Until 2026-11-26 it was 200 for the whole pool: 100 builds a
+#: worker on this 2-core machine, but 12 on the H100's 16 cores, each restart paying
+#: TVM's imports and, on CUDA, NVRTC's headers again.
+_BUILDS_PER_WORKER = 100
 #: The local runner's worker is recycled after timing this many modules. It loads every
 #: module it times and never unloads one: after about 13,000 (9 GB resident) it hung for
 #: good in a benchmark here, unable to start the thread that enforces its timeout.
@@ -122,7 +125,7 @@ class WarmBuilder:
     def _executor(self):
         from tvm.support.popen_pool import PopenPoolExecutor
 
-        if self._pool is None or self._uses >= _RECYCLE_AFTER:
+        if self._pool is None or self._uses >= _BUILDS_PER_WORKER * self.max_workers:
             if self._pool is not None:
                 self._pool.shutdown()
                 self._drop_header_files()

@@ -57,3 +57,23 @@ def test_a_builder_never_closed_leaves_no_folder_behind() -> None:
     closed.close()
     closed.close()
     assert not os.path.exists(closed.export_dir)
+
+
+def test_the_build_pool_is_recycled_by_builds_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool of more workers builds proportionally more before it is restarted (at 200
+    for the pool, the H100's 16 workers restarted every 12 builds each)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    monkeypatch.setattr(measure, "_BUILDS_PER_WORKER", 2)
+    target = resolve_target("llvm").tvm_target
+    builder = measure.WarmBuilder(max_workers=2)
+    pools = []
+    try:
+        for _ in range(5):
+            (res,) = builder.build([ms.builder.BuilderInput(_matmul(8), target)])
+            assert res.error_msg is None
+            pools.append(builder._pool)
+    finally:
+        builder.close()
+    # four builds (2 per worker x 2 workers) on the first pool, the fifth on a new one
+    assert pools[0] is pools[1] is pools[2] is pools[3] and pools[4] is not pools[0]
