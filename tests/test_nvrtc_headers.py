@@ -135,7 +135,12 @@ def _cubin(source: str, options: str) -> str:
 @pytest.mark.skipif(nvrtc_headers.nvrtc_version() is None, reason="no NVRTC here (cuda-bindings)")
 def test_cubins_are_byte_identical_with_the_header_cache(generated_source, monkeypatch):
     monkeypatch.setenv(TVM_OPTIONS_VAR, "")
-    plain = _cubin(generated_source, "")
+    try:
+        plain = _cubin(generated_source, "")
+    except RuntimeError as err:  # NVRTC loads, but TVM finds no CUDA headers for it
+        if "Cannot find CUDA headers" not in str(err):
+            raise
+        pytest.skip(f"NVRTC without CUDA headers here (set CUDA_PATH): {str(err).splitlines()[0][:120]}")
     cached = " ".join(header_cache_options())
     assert _cubin(generated_source, cached) == plain  # writes the precompiled header
     assert _cubin(generated_source, cached) == plain  # uses it
