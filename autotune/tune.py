@@ -461,7 +461,7 @@ class TuneSession:
                     self.tracker.log_trial(step, run.best, layer.flops, layer=layer.name)
             self.reporter.trial(layer.name, len(out["curve"]), run.best)
         out["trials"] = len(out["curve"])
-        self._note_handover(run)
+        self._note_transfer_share(run)
         self._measured_by_class[layer.op_class] = self._measured_by_class.get(layer.op_class, 0) + done
         run.invalid += invalid
         # What the layer's cost model learned weighs the next layer's match at once: with
@@ -471,11 +471,12 @@ class TuneSession:
             progress.exhausted = True
         return done
 
-    def _note_handover(self, run: "_LayerTuning") -> None:
-        """Say once when the guided GA has handed a shallow history's layer to transfer
-        XGBoost (search.ga_tuner.GuidedGATuner.handover): the report keeps the tuner
-        dispatch chose and adds which took over, and after how many configs, and how many
-        of its first population were transfer XGBoost's picks (``model_seeds``)."""
+    def _note_transfer_share(self, run: "_LayerTuning") -> None:
+        """What the guided GA took from transfer XGBoost: how many of its first
+        population were transfer XGBoost's picks (``model_seeds``), and, said once, that
+        it handed a shallow history's layer to transfer XGBoost
+        (search.ga_tuner.GuidedGATuner.handover): the report keeps the tuner dispatch
+        chose and adds which took over, and after how many configs."""
         picks = getattr(run.tuner, "model_picks", 0)
         if picks and "model_seeds" not in run.out:
             run.out["model_seeds"] = picks  # of its first population, from transfer XGBoost's first batch (run 52)
