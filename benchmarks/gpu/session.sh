@@ -19,14 +19,15 @@
 #   MEASUREMENTS=.gpucarry/history_guided_cuda_measurements.jsonl.gz (both read only into a
 #   fresh machine; a warm one keeps its own copies between calls).
 # A session of 15 minutes of device time, as run on 2026-11-26 (staging 37 s, then
-# 540 s and 226 s of benchmark; a machine idle for 30 s is given back, so each call
-# follows the last at once):
+# 540 s and 226 s of benchmark; in the seventh session 32 s, then 569 s for the install,
+# `nvrtc` and two `history` runs with their own TAGs, and 210 s; a machine idle for 30 s
+# is given back, so each call follows the last at once):
 #   here:   DEVKIT_EXTRA=... prepare.sh (above); bash benchmarks/gpu/travel.sh slim
 #   call 1, carry [".devkit/a"]: mkdir -p /root/devkit && cp .devkit/a/* /root/devkit/
 #   call 2, carry [".devkit/b", ".gpucarry"]: bash .devkit/b/install.sh && HISTORY_DB=... MEASUREMENTS=...
 #           LIMIT=520 bash benchmarks/gpu/session.sh history ARGS   (timeout_s 600)
 #   call 3: LIMIT=<what is left, less a minute> bash benchmarks/gpu/session.sh history ARGS
-#   here:   give the machine back; bash benchmarks/gpu/travel.sh restore; unpack gpu-history.tgz
+#   here:   give the machine back; bash benchmarks/gpu/travel.sh restore; unpack gpu-history${TAG}.tgz
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
 #   bash benchmarks/gpu/session.sh history   # the history-guided benchmark on cuda
@@ -45,14 +46,14 @@
 # after `travel.sh slim`, .gpucarry/history_guided_cuda_history.json.gz):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
-# and, to go on from the earlier sessions' comparisons (13,137 H100 measurements: all six
+# and, to go on from the earlier sessions' comparisons (18,789 H100 measurements: all six
 # layers at 32 trials; at 100 the first conv, conv2d7 and MobileNetV2's conv2d5 with the
 # tuners of 2026-11-24, conv2d3 and conv2d1 with those of 2026-11-26; they answer first,
 # so only configs never measured cost device time), also
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
 # Size a call first, here, at no device cost: a --replay of the file with the same
 # arguments counts per layer the answers it lacks ("answered by the nearest measured
-# config"); at 0.25 s each (2026-11-26) that is the device time. (A replay of a layer the
+# config"); at 0.22 s each (seventh session, 2026-11-26) that is the device time. (A replay of a layer the
 # file never measured stops with one line; a measured run here, with no GPU, is refused.)
 # Keep the same six layers between --targets and --exclude: target layers are kept out of
 # history, and another set changes the history, hence the guided tuners' curves.
@@ -65,52 +66,47 @@
 # rounds of the one before; the progress lines' `apply` figure says what that gained.
 #
 # The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after).
-# Done on 2026-11-26 (sixth session): the targets' nearest neighbours (ResNet-50's
-# conv2d7, conv2d13, conv2d2) deepened from 64 to 256 with cold XGBoost, and conv2d3 and
-# conv2d1 measured at 100 trials on that history: 7.7x and 3.1x (64 deep: 5.2x, 2.9x).
-# The warm machine's database is gone; a fresh one gets the same deepened history at no
-# device cost from the committed 64-deep export and the file (the history step answers
-# its 576 configs from the file), so every command below starts from
+# Done on 2026-11-26: the targets' nearest neighbours (ResNet-50's conv2d7, conv2d13,
+# conv2d2) deepened from 64 to 256 with cold XGBoost (sixth session), and on that history
+# conv2d3, conv2d1 and the first conv at 100 trials, conv2d3 and conv2d1 also with the
+# guided GA as it is since run 52 (seventh session: 18.8x on conv2d3, 3.3x on conv2d1).
+# A fresh machine gets the deepened history at no device cost from the committed 64-deep
+# export and the file (the history step answers its 576 configs from the file), so every
+# command below starts from
 #   HISTORY_DB=.gpucarry/history_guided_cuda_history.json.gz MEASUREMENTS=.gpucarry/history_guided_cuda_measurements.jsonl.gz
 # and DEEP="--source resnet50:7,resnet50:13,resnet50:2 --history-trials 256 --history-tuner xgb --batch 16
 #   --trials 100 --seeds 5 --no-shared-memory-estimate"
-# 1. The guided GA as it is since run 52: where history is shallow a quarter of its first
-#    population is transfer XGBoost's first picks (`model_seeds`, 4 of 16 here). A replay
-#    screen on the file has it at 18.8x on conv2d3 (against 2.4x; decided within the
-#    trials the file answers) and leaves conv2d1 open. About 570 new measurements (some
-#    3 minutes); `gga:pop_size=16;model_seeds=0` is the sixth session's guided GA:
-#      bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:3,resnet18:1 \
-#        --exclude resnet18:4,resnet18:0,resnet18:7,mobilenetv2:5 \
-#        --tuners "xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16;model_seeds=0,gga:pop_size=16"
-# 2. The other four layers on the deepened history (`--targets resnet18:0,resnet18:7,mobilenetv2:5,resnet18:4
-#    --exclude resnet18:3,resnet18:1`, `--tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16`):
-#    a replay here (the guided GA as it was) sized it at about
-#    950 new measurements for the first conv, 970 for conv2d7, 800 for MobileNetV2 (their
-#    baselines are in the file) and 1,640 for conv2d4 (its baselines too are new): some
-#    23 minutes in all, so two sessions; conv2d4 last. Sized again with today's guided GA
-#    (later on 2026-11-26, 242 s here): 955, 964, 795 and 1,640 answers the file lacks. At
-#    the 0.22 s a measurement that NVRTC's headers may bring (above), item 1 and the
-#    first three layers come to about 13 minutes: one session if the estimate holds.
-# 3. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
+# 1. The rest of the four layers on the deepened history; the first conv answers from the
+#    file, and conv2d7 nearly (its guided GA decided as measured, 180 answers to go):
+#      LIMIT=... bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:0,resnet18:7,mobilenetv2:5,resnet18:4 \
+#        --exclude resnet18:3,resnet18:1 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
+#    A replay here sized it at about 180 new measurements for conv2d7, 800 for
+#    MobileNetV2's conv2d5 and 1,640 for conv2d4 (its baselines too): some 10 minutes at
+#    the seventh session's 0.22 s, plus about 100 s of replaying what the file holds each
+#    time a call resumes. One session, with the install in its first call.
+# 2. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
 #    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new).
 #    This needs a database of the committed export alone, so that its history is not
 #    deepened (HISTORY_KEEP=/root/autotune-history/h64.db, --source resnet50 --history-trials 1,
 #    TAG=_handover, `"gga:pop_size=16;handover=0;model_seeds=0"` among the tuners, as
 #    screened; since run 52 the picks are a question of their own there too).
-# 4. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
+# 3. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
 #    it): each target's history holds the other targets' layers, as one cold-XGBoost run
 #    each, the file's seed-0 runs (`--history-seed 0`): one call per target, `--targets T
 #    --exclude resnet18:4`, with HISTORY_DB= a database built here from the committed export
 #    and the file at no device cost (the notebook gives the commands). A replay screen of
 #    2026-11-26 approximated 63% to 90% of the guided tuners' answers (about 3,000 new
-#    measurements for five layers), so it says nothing yet; see the notebook.
-# Throughput on 2026-11-26 (sixth session): 0.32 s a new measurement, building (NVRTC on
-# 16 workers) 63% of it; size a call by a --replay here first (above). Since later on
-# 2026-11-26 the build workers reuse NVRTC's parsed headers (autotune/nvrtc_headers.py:
-# NVRTC 1.9x faster on 40 kernels of five of these layers on the CPU machine, every cubin
-# byte-identical): chain `bash benchmarks/gpu/session.sh nvrtc` (about 15 s) before item 1
-# in the same call, so the file says what it does on the H100's NVRTC, and compare the
-# progress lines' build seconds with the sixth session's; AUTOTUNE_NVRTC_PCH=0 turns it off.
+#    measurements for five layers), so it says nothing yet; see the notebook. conv2d1
+#    (0.62) and the first conv (0.31), where history as it is misses both targets, are
+#    the layers it could change.
+# Throughput on 2026-11-26 (seventh session): 0.22 s a new measurement in the progress
+# lines' apply, build and run seconds (0.28 s in the sixth), building 0.149 s of it (0.212)
+# since the build workers reuse NVRTC's parsed headers (autotune/nvrtc_headers.py; on the
+# H100's NVRTC 13.0 a kernel compiled in 0.07 to 0.14 s instead of 1.5, every cubin
+# byte-identical: `bash benchmarks/gpu/session.sh nvrtc`, about 30 s; AUTOTUNE_NVRTC_PCH=0
+# turns it off). What is left of a build, about 2.4 worker-seconds on 16 workers, is not
+# NVRTC; a profile of one worker's builds would say what it is. Size a call by a --replay
+# here first (above).
 # Since run 46 (2026-11-26) the guided GA hands a layer whose history sources hold a
 # median under 128 configs to transfer XGBoost after its first population: on the H100
 # history that is after 16 trials with `gga:pop_size=16` (deepening three neighbours
@@ -133,7 +129,8 @@ rm -rf "$R"; mkdir -p "$R" "$dest"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNE_HOME=$R/home
 py=python3
 
-pack() { tar czf "$dest/gpu-$mode.tgz" -C "$R" --exclude='*.so' . 2>/dev/null; cp "$R/steps.txt" "$dest/" 2>/dev/null; }
+# TAG names the archive too, so two runs of one mode in one call both come back.
+pack() { tar czf "$dest/gpu-$mode${TAG:-}.tgz" -C "$R" --exclude='*.so' . 2>/dev/null; cp "$R/steps.txt" "$dest/steps-$mode${TAG:-}.txt" 2>/dev/null; }
 step() {
   local name=$1 limit=$2; shift 2
   local t0; t0=$(date +%s)
