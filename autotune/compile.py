@@ -8,6 +8,7 @@ compile leaves no partial ``.so`` behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -78,11 +79,14 @@ def build(mod, target: TargetSpec):
 
     from autotune.defaults import apply_gpu_defaults
     from autotune.errors import interrupt_mark, raise_if_interrupted_since
+    from autotune.nvrtc_headers import header_cache_during
 
     tvm_target = target.tvm_target
     mark = interrupt_mark()
+    # one NVRTC compile for the whole model: it reuses the headers the verifications parsed
+    headers = header_cache_during() if target.kind == "cuda" else contextlib.nullcontext()
     try:
-        with tvm_target:
+        with tvm_target, headers:
             if target.kind == "cuda":
                 mod = apply_gpu_defaults(mod)
             executable = relax.build(mod, target=tvm_target, relax_pipeline=relax.get_pipeline("default"))

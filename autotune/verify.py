@@ -33,9 +33,15 @@ def random_args(func, seed: int = 0) -> list[np.ndarray]:
 def run_module(mod, target, device, arrays: list[np.ndarray], *, remote: RemoteDevice | None = None) -> list[np.ndarray]:
     """Build ``mod`` here and run it on ``device``: a local one, or with ``remote`` the
     ``--rpc`` server's (the library is uploaded there and loaded first)."""
+    import contextlib
+
     import tvm
 
-    with target:
+    from autotune.nvrtc_headers import header_cache_during
+
+    # NVRTC's parsed headers, as in the build workers: a tune verifies each layer's winner
+    headers = header_cache_during() if target.kind.name == "cuda" else contextlib.nullcontext()
+    with target, headers:
         lib = tvm.compile(mod, target=target)
     if remote is not None:
         lib = remote.load(lib, "verify", target)

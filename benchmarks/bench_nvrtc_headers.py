@@ -89,17 +89,10 @@ def main() -> int:
     generated = {name: cuda_sources(name, args.size, args.configs, spec.tvm_target, args.seed) for name in args.layers.split(",")}
     sources = {name: srcs for name, (srcs, _) in generated.items()}
 
-    saved = os.environ.get(nvrtc_headers.TVM_OPTIONS_VAR)
     plain = {name: [compile_seconds(src, arch) for src in srcs] for name, srcs in sources.items()}
-    status = nvrtc_headers.enable_header_cache(version=version)
-    try:
+    with nvrtc_headers.header_cache_during(version=version) as status:  # as the main process compiles
         first = compile_seconds(next(iter(sources.values()))[0], arch)[0]  # writes the header cache
         cached = {name: [compile_seconds(src, arch) for src in srcs] for name, srcs in sources.items()}
-    finally:
-        if saved is None:
-            os.environ.pop(nvrtc_headers.TVM_OPTIONS_VAR, None)
-        else:
-            os.environ[nvrtc_headers.TVM_OPTIONS_VAR] = saved
 
     layers = {}
     for name in sources:

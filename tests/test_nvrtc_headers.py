@@ -81,6 +81,67 @@ def test_without_nvrtc_nothing_is_set():
     assert env == {}
 
 
+def _pch_dir(options: str) -> str:
+    (where,) = [o.split("=", 1)[1] for o in options.split() if o.startswith("--pch-dir=")]
+    return where
+
+
+@pytest.mark.parametrize("users", [None, "--ftz=false"])
+def test_in_process_compiles_get_it_for_the_block_only(users):
+    env = {} if users is None else {TVM_OPTIONS_VAR: users}
+    with nvrtc_headers.header_cache_during(env, version=(13, 0)) as state:
+        assert state == "on"
+        options = env[TVM_OPTIONS_VAR]
+        ours = header_cache_options(_pch_dir(options))
+        assert options.split()[: len(ours)] == ours
+        assert options.endswith(users or "--pre-include=cuda/std/type_traits")  # the user's still last
+        assert os.path.isdir(_pch_dir(options))  # this process's own folder, not NVRTC's shared one
+    # as it was, so build workers started later set up their own folders
+    assert env == ({} if users is None else {TVM_OPTIONS_VAR: users})
+
+
+def test_in_process_block_puts_the_options_back_when_the_compile_fails():
+    env = {TVM_OPTIONS_VAR: "--ftz=false"}
+    with pytest.raises(RuntimeError), nvrtc_headers.header_cache_during(env, version=(13, 0)):
+        assert "--pch" in env[TVM_OPTIONS_VAR]
+        raise RuntimeError("the compile failed")
+    assert env == {TVM_OPTIONS_VAR: "--ftz=false"}
+
+
+@pytest.mark.parametrize(
+    ("env", "version", "state"),
+    [
+        ({SWITCH_VAR: "0"}, (13, 0), f"off: {SWITCH_VAR}=0"),
+        ({}, (12, 6), "off: NVRTC 12.6 predates precompiled headers (12.8)"),
+        ({TVM_OPTIONS_VAR: "--pch --pch-dir=/mine"}, (13, 0), "already on"),  # the user's cache, kept
+    ],
+)
+def test_in_process_block_leaves_tvms_options_alone_where_it_is_off_or_the_users(env, version, state):
+    before = dict(env)
+    with nvrtc_headers.header_cache_during(env, version=version) as got:
+        assert got == state
+        assert env == before
+    assert env == before
+
+
+def test_the_in_process_folder_is_removed_when_the_process_exits():
+    import subprocess
+    import sys
+
+    code = (
+        "import os; from autotune import nvrtc_headers as h\n"
+        "env = {}\n"
+        "with h.header_cache_during(env, version=(13, 0)):\n"
+        f"    d = [o.split('=', 1)[1] for o in env['{TVM_OPTIONS_VAR}'].split() if o.startswith('--pch-dir=')][0]\n"
+        "    open(os.path.join(d, 'header.pch'), 'w').write('x')  # as NVRTC's file would be\n"
+        "print(d)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    where = out.stdout.strip()
+    assert where and not os.path.exists(where)
+
+
 @pytest.mark.skipif(not has_nvcc(), reason="the CUDA export needs nvcc")
 def test_a_cuda_build_worker_turns_it_on_and_an_llvm_one_does_not(cuda_mod, tmp_path, monkeypatch):
     from autotune import measure
