@@ -77,3 +77,24 @@ def test_the_build_pool_is_recycled_by_builds_per_worker(monkeypatch: pytest.Mon
         builder.close()
     # four builds (2 per worker x 2 workers) on the first pool, the fifth on a new one
     assert pools[0] is pools[1] is pools[2] is pools[3] and pools[4] is not pools[0]
+
+
+def test_prewarm_starts_every_worker_before_any_build() -> None:
+    """Each worker gets a task of its own as soon as the pool exists (TVM's imports, and
+    for CUDA NVRTC's headers, off the first round's path); they do not count toward
+    recycling, and builds then go to the same pool."""
+    import os
+
+    from tvm.s_tir import meta_schedule as ms
+
+    target = resolve_target("llvm").tvm_target
+    builder = measure.WarmBuilder(max_workers=2)
+    try:
+        pids = {future.result(timeout=300) for future in builder.prewarm(target)}
+        assert len(pids) == 2 and os.getpid() not in pids
+        assert builder._uses == 0
+        pool = builder._pool
+        (res,) = builder.build([ms.builder.BuilderInput(_matmul(8), target)])
+        assert res.error_msg is None and builder._pool is pool
+    finally:
+        builder.close()

@@ -186,6 +186,35 @@ def test_the_builder_removes_the_header_files_its_killed_workers_leave(tmp_path)
     assert not os.path.exists(builder.export_dir)
 
 
+@pytest.mark.skipif(nvrtc_headers.nvrtc_version() is None, reason="no NVRTC here (cuda-bindings)")
+def test_a_prewarmed_cuda_worker_has_written_its_header_file_before_any_build(monkeypatch):
+    """The worker's first task compiles an empty kernel as TVM's callback would, so
+    NVRTC's header file is in the worker's own folder before its first candidate."""
+    from autotune.measure import WarmBuilder
+
+    monkeypatch.delenv(TVM_OPTIONS_VAR, raising=False)
+    builder = WarmBuilder(max_workers=1)
+    try:
+        (pid,) = [f.result(timeout=300) for f in builder.prewarm(resolve_target("cuda:sm_90").tvm_target)]
+        folder = os.path.join(builder.export_dir, f"nvrtc-pch-{pid}")
+        assert os.path.isdir(folder) and os.listdir(folder)
+    finally:
+        builder.close()
+
+
+def test_a_prewarmed_cuda_worker_without_nvrtc_writes_nothing():
+    if nvrtc_headers.nvrtc_version() is not None:
+        pytest.skip("NVRTC is installed here")
+    from autotune.measure import WarmBuilder
+
+    builder = WarmBuilder(max_workers=1)
+    try:
+        (pid,) = [f.result(timeout=300) for f in builder.prewarm(resolve_target("cuda:sm_90").tvm_target)]
+        assert pid != os.getpid() and os.listdir(builder.export_dir) == []
+    finally:
+        builder.close()
+
+
 def _cubin(source: str, options: str) -> str:
     from tvm.support.nvcc import compile_cuda
 
