@@ -94,8 +94,12 @@ class XGBTuner(Tuner):
         history_share: float = 0.25,
         history_list: int = 32,
         local_share: float = 0.0,
+        plausible_priors: bool = False,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
+        # History's configs that, mapped onto this layer, could not run on the device
+        # (:meth:`KnobSpace.fits_device_rows`) are left out of training and warm start.
+        self.plausible_priors = bool(plausible_priors)
         if not 0.0 <= float(local_share) <= 1.0:
             raise ValueError(f"local_share must be a fraction of the batch in [0, 1], not {local_share!r}")
         self.local_share = float(local_share)
@@ -163,6 +167,20 @@ class XGBTuner(Tuner):
             lf[i, : len(vals)] = vals
         self._prior_X = enc.encode_configs([r.config for r in recs], lf, mapped=self._prior_mapped)
         self._prior_group, self._prior_workloads, self._prior_y = prior_groups(recs)
+        self._prior_fits = np.ones(len(recs), dtype=bool)
+        if self.plausible_priors:
+            at = [i for i, m in enumerate(self._prior_mapped) if m is not None]
+            if at:
+                self._prior_fits[at] = self.space.fits_device_rows([self._prior_mapped[i] for i in at])
+
+    def _runnable(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``plausible_priors``: only records whose config this layer could run. On the
+        H100 every one of ResNet-18's first conv's warm-start configs (from 3x3 layers)
+        was rejected, while a model trained on them steered the search (2026-11-26)."""
+        if not self.plausible_priors or not len(idx):
+            return idx, w
+        keep = self._prior_fits[idx]
+        return idx[keep], w[keep]
 
     def _filtered_priors(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of usable priors, their similarity weights), re-judged on each fit."""
@@ -179,7 +197,7 @@ class XGBTuner(Tuner):
             mapped=self._prior_mapped,
             return_indices=True,
         )
-        return idx, kept.weights
+        return self._runnable(idx, kept.weights)
 
     def _credible(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Weights times each source's chance of ranking the layer's own results best
@@ -337,8 +355,9 @@ class XGBTuner(Tuner):
                     self.priors, self.layer_features, None, self.similarity_threshold,
                     space=self.space, mapped=self._prior_mapped, return_indices=True,
                 )
+                idx, weights = self._runnable(idx, kept.weights)
                 self._history_keys = ranked_history_keys(
-                    self.priors, self._prior_mapped, idx, kept.weights, self._prior_y, self._prior_group,
+                    self.priors, self._prior_mapped, idx, weights, self._prior_y, self._prior_group,
                     self.encoder, self.layer_features, self.history_list, seed=self._seed,
                 )
         return self._history_keys

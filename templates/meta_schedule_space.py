@@ -102,7 +102,6 @@ class MetaScheduleSpace(KnobSpace):
         before 2026-11-26: its configs are the same, but its sampling, mutation and
         search draw as they did then, so measurements made then replay exactly."""
         import tvm
-        from tvm.s_tir import Schedule
         from tvm.s_tir import meta_schedule as ms
 
         self.target = target
@@ -166,12 +165,9 @@ class MetaScheduleSpace(KnobSpace):
         # ... and shared memory by the target's limit: estimated per sketch from its trace.
         self.max_shared_bytes = int(target.attrs.get("max_shared_memory_per_block", 49152)) if kind == "cuda" else 0
         self._shared: list[SharedFootprint | None] = [None] * len(self.sketches)
-        if kind == "cuda" and estimate_shared:
-            plain = Schedule(self.mod, debug_mask="none")
-            self._shared = [
-                SharedFootprint.of_sketch(sketch.trace, {s.inst_index: s.knob for s in samplers if s.kind == "tile"}, plain)
-                for sketch, samplers in zip(self.sketches, self._samplers)
-            ]
+        self._estimate_shared = kind == "cuda" and estimate_shared
+        if self._estimate_shared:
+            self._shared = self._shared_estimates()
 
     # --- knob naming ----------------------------------------------------------------------
     def _samplers_of(self, trace) -> list[_Sampler]:
@@ -291,6 +287,9 @@ class MetaScheduleSpace(KnobSpace):
         thread and register counts (the shared-memory estimate, where a sketch has one,
         still goes config by config for the rows that pass the rest): search checks every
         point it looks at, and one by one that was a tenth of a CUDA replay's time."""
+        return self._plausible_rows(rows, self._shared)
+
+    def _plausible_rows(self, rows: Any, shared: list[SharedFootprint | None]) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1, len(self.knobs))
         ok = np.ones(len(rows), dtype=bool)
         if not self.max_threads or not len(rows):
@@ -305,10 +304,11 @@ class MetaScheduleSpace(KnobSpace):
                 work *= table[2][rows[:, k]]
         ok &= (threads <= self.max_threads) & (vthreads <= MAX_VTHREAD) & (threads >= self.min_threads)
         ok &= threads * vthreads * work * 4 <= self.max_local_bytes
-        if any(f is not None for f in self._shared):
+        if any(f is not None for f in shared):
             for i in np.flatnonzero(ok):
-                shared = self.shared_bytes(self.from_indices(rows[i]))
-                if shared is not None and shared > self.max_shared_bytes:
+                config = self.from_indices(rows[i])
+                footprint = shared[int(config.get("sketch", 0))]
+                if footprint is not None and footprint.nbytes(config) > self.max_shared_bytes:
                     ok[i] = False
         return ok
 
@@ -335,6 +335,27 @@ class MetaScheduleSpace(KnobSpace):
     def shared_estimated(self) -> tuple[bool, ...]:
         """Per sketch: whether its shared memory is estimated (else VerifyGPUCode alone judges it)."""
         return tuple(f is not None for f in self._shared)
+
+    def _shared_estimates(self) -> list[SharedFootprint | None]:
+        """Each sketch's shared-memory footprint (:mod:`templates.shared_memory`)."""
+        from tvm.s_tir import Schedule
+
+        plain = Schedule(self.mod, debug_mask="none")
+        return [
+            SharedFootprint.of_sketch(sketch.trace, {s.inst_index: s.knob for s in samplers if s.kind == "tile"}, plain)
+            for sketch, samplers in zip(self.sketches, self._samplers)
+        ]
+
+    def fits_device_rows(self, rows: Any) -> np.ndarray:
+        """:meth:`plausible_rows` with the shared-memory estimate also where the space
+        leaves it out of its search (``estimate_shared=False``), which then draws as it
+        did, while history's configs mapped onto the layer are judged as now."""
+        if self._estimate_shared or not self.max_threads:
+            return self.plausible_rows(rows)
+        estimates = self.__dict__.get("_estimates_for_history")
+        if estimates is None:
+            estimates = self.__dict__["_estimates_for_history"] = self._shared_estimates()
+        return self._plausible_rows(rows, estimates)
 
     def shared_bytes(self, config: Mapping[str, Any]) -> int | None:
         """Shared memory ``config`` allocates per thread block on CUDA, estimated from

@@ -146,6 +146,13 @@ class KnobSpace(ABC):
         """:meth:`is_plausible` of each index row of ``rows`` (one gene per knob)."""
         return np.array([self.is_plausible(self.from_indices(row)) for row in rows], dtype=bool)
 
+    def fits_device_rows(self, rows: Any) -> np.ndarray:
+        """Which index rows run on the device at all, as far as it can be told without TVM
+        work: :meth:`plausible_rows`, and spaces that leave an estimate out of their
+        search for the sake of old measurements (``estimate_shared=False``) apply it here.
+        For judging history's configs mapped onto a layer, not for drawing new ones."""
+        return self.plausible_rows(rows)
+
     def contains(self, config: Mapping[str, Any]) -> bool:
         try:
             self.to_indices(config)

@@ -456,6 +456,35 @@ def test_cuda_shared_memory_estimate_decides_as_verify_gpu_code_does(resnet_laye
         assert len(sketches_over) > 1, sketches_over
 
 
+def test_history_configs_are_judged_with_the_shared_memory_estimate_where_the_search_leaves_it_out(resnet_layers, cuda_target):
+    """A space that leaves shared memory to VerifyGPUCode (to replay old measurements)
+    still draws as before, but says which of history's configs, mapped onto the layer,
+    could run: as the space with the estimate does. Transfer XGBoost's
+    ``plausible_priors`` then leaves the others out of what it learns from."""
+    from search import make_tuner
+    from search.tuner import PriorRecord
+
+    layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
+    space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name)
+    unbounded = MetaScheduleSpace(layer.func, _cuda_target_with(max_shared_memory_per_block=1 << 30), name=layer.name)
+    verifier_only = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
+    rng = np.random.default_rng(11)
+    configs = [unbounded.random_config(rng) for _ in range(40)]
+    rows = [verifier_only.to_indices(c) for c in configs]
+    fits = verifier_only.fits_device_rows(rows)
+    assert fits.tolist() == space.plausible_rows(rows).tolist()
+    assert verifier_only.plausible_rows(rows).all() and not fits.all() and fits.any()  # the search's own check is as it was
+
+    priors = [PriorRecord(c, 1e-5 * (1 + i), 0.9, layer.features(), "source") for i, c in enumerate(configs)]
+    kept = {}
+    for on in (False, True):
+        tuner = make_tuner("tl_xgb", verifier_only, seed=0, priors=priors, layer_features=layer.features(), plausible_priors=on)
+        idx, _ = tuner._filtered_priors()
+        kept[on] = set(idx.tolist())
+    assert kept[False] == set(range(len(configs)))
+    assert kept[True] == set(np.flatnonzero(fits).tolist())
+
+
 _SPACES_WITHOUT_AND_WITH_INTRINSICS = """
 import importlib
 import json
