@@ -84,13 +84,20 @@
 #    MobileNetV2's conv2d5 and 1,640 for conv2d4 (its baselines too): some 10 minutes at
 #    the seventh session's 0.22 s, plus about 100 s of replaying what the file holds each
 #    time a call resumes. One session, with the install in its first call.
-# 2. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
+# 2. Transfer XGBoost learning only from history's configs the layer could run
+#    (`tl_xgb:plausible_priors=1`; the notebook, after the seventh session): on the first
+#    conv, where it loses now, and conv2d1 and conv2d3, about 1,100 new measurements:
+#      bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:0,resnet18:1,resnet18:3 \
+#        --exclude resnet18:4,resnet18:7,mobilenetv2:5 --tuners "xgb,tl_xgb,tl_xgb:plausible_priors=1"
+#    (TAG=_plausible). If it holds, the guided GA's transfer picks come from such a model
+#    too, and MobileNetV2 and conv2d4 want it measured as well.
+# 3. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
 #    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new).
 #    This needs a database of the committed export alone, so that its history is not
 #    deepened (HISTORY_KEEP=/root/autotune-history/h64.db, --source resnet50 --history-trials 1,
 #    TAG=_handover, `"gga:pop_size=16;handover=0;model_seeds=0"` among the tuners, as
 #    screened; since run 52 the picks are a question of their own there too).
-# 3. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
+# 4. The history a tune of ResNet-18 itself writes (run 42 on LLVM met every target with
 #    it): each target's history holds the other targets' layers, as one cold-XGBoost run
 #    each, the file's seed-0 runs (`--history-seed 0`): one call per target, `--targets T
 #    --exclude resnet18:4`, with HISTORY_DB= a database built here from the committed export
