@@ -9,6 +9,8 @@ there, where it was timed, and the outputs come back to be compared here.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from autotune.remote import RemoteDevice
@@ -33,8 +35,6 @@ def random_args(func, seed: int = 0) -> list[np.ndarray]:
 def run_module(mod, target, device, arrays: list[np.ndarray], *, remote: RemoteDevice | None = None) -> list[np.ndarray]:
     """Build ``mod`` here and run it on ``device``: a local one, or with ``remote`` the
     ``--rpc`` server's (the library is uploaded there and loaded first)."""
-    import contextlib
-
     import tvm
 
     from autotune.nvrtc_headers import header_cache_during

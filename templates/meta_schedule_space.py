@@ -94,6 +94,12 @@ def stub_tensor_intrinsics() -> None:
     sys.modules[name] = pkg
 
 
+def _shared_bytes(footprints: list[SharedFootprint | None], config: Mapping[str, Any]) -> int | None:
+    """``config``'s shared memory per block by its sketch's footprint (None: no estimate)."""
+    footprint = footprints[int(config.get("sketch", 0))]
+    return None if footprint is None else footprint.nbytes(config)
+
+
 class MetaScheduleSpace(KnobSpace):
     """Knob space of one PrimFunc on one target, from meta-schedule's space generator."""
 
@@ -306,9 +312,8 @@ class MetaScheduleSpace(KnobSpace):
         ok &= threads * vthreads * work * 4 <= self.max_local_bytes
         if any(f is not None for f in shared):
             for i in np.flatnonzero(ok):
-                config = self.from_indices(rows[i])
-                footprint = shared[int(config.get("sketch", 0))]
-                if footprint is not None and footprint.nbytes(config) > self.max_shared_bytes:
+                nbytes = _shared_bytes(shared, self.from_indices(rows[i]))
+                if nbytes is not None and nbytes > self.max_shared_bytes:
                     ok[i] = False
         return ok
 
@@ -360,8 +365,7 @@ class MetaScheduleSpace(KnobSpace):
     def shared_bytes(self, config: Mapping[str, Any]) -> int | None:
         """Shared memory ``config`` allocates per thread block on CUDA, estimated from
         its sketch (:mod:`templates.shared_memory`); None where there is no estimate."""
-        footprint = self._shared[int(config.get("sketch", 0))]
-        return None if footprint is None else footprint.nbytes(config)
+        return _shared_bytes(self._shared, config)
 
     def thread_work(self, config: Mapping[str, Any]) -> int:
         """Accumulators each thread keeps in registers: the two innermost spatial parts."""
