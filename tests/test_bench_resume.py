@@ -542,3 +542,45 @@ def test_restating_rank_reads_one_layers_valid_configs_up_to_a_line(tmp_path):
     # several layers in one pass; a layer the file lacks has nothing
     assert measured_by_layer(str(path), "t", ["a", "b", "c"], first_lines=4) == {
         "a": ([{"k": 1}], [1e-3]), "b": ([{"k": 4}], [3e-3]), "c": ([], [])}
+
+
+def test_the_transfer_ranking_reads_a_runs_history_and_file_and_ranks_what_it_measured(tmp_path, monkeypatch):
+    """``bench_transfer_ranking.py`` ranks, offline, the configs a guided run measured, with
+    the run's history: every measured config of the layer is ranked, and on LLVM (no
+    device limits) ``plausible_priors`` leaves every record in."""
+    import bench_history_guided
+    import bench_transfer_ranking
+
+    db, measurements, out = tmp_path / "h.db", tmp_path / "m.jsonl", tmp_path / "rank.json"
+    monkeypatch.setattr(sys, "argv", [
+        "bench_history_guided.py", "--history-db", str(db), "--source", "resnet18:1", "--history-trials", "4",
+        "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb", "--trials", "6", "--batch", "3",
+        "--seeds", "1", "--measurements", str(measurements), "--out", str(tmp_path / "run.json")])
+    assert bench_history_guided.main() == 0
+    target_key = resolve_target("llvm").key
+    layer_key = layer_at("resnet18:0", 32).workload_key
+    ok = {r["config"] for r in map(json.loads, measurements.read_text().splitlines())
+          if r["layer"] == layer_key and r["target"] == target_key and r["status"] == "ok"}
+
+    monkeypatch.setattr(sys, "argv", [
+        "bench_transfer_ranking.py", "--history-db", str(db), "--measurements", str(measurements), "--size", "32",
+        "--targets", "resnet18:0", "--variants", "|plausible_priors=1", "--seeds", "2", "--out", str(out)])
+    assert bench_transfer_ranking.main() == 0
+    (row,) = json.loads(out.read_text())["layers"]
+    assert row["measured"] == len(ok) >= 6 and row["priors"] == 4
+    default, plausible = row["variants"]["default"], row["variants"]["plausible_priors=1"]
+    assert default["kept"] == plausible["kept"] == 4
+    assert [s["ranked"] for s in default["per_seed"]] == [len(ok)] * 2
+    assert default["per_seed"] == plausible["per_seed"]
+    assert -1.0 <= default["spearman_median"] <= 1.0
+    assert default["best_of_top_us_median"]["1"] >= row["best_measured_us"]
+
+
+def test_the_transfer_ranking_without_its_files_ends_with_one_line(tmp_path, monkeypatch):
+    import bench_transfer_ranking
+
+    monkeypatch.setattr(sys, "argv", ["bench_transfer_ranking.py", "--history-db", str(tmp_path / "none.db"),
+                                      "--measurements", str(tmp_path / "none.jsonl")])
+    with pytest.raises(SystemExit, match="--history-db: no file at") as exit_:
+        bench_transfer_ranking.main()
+    assert "\n" not in str(exit_.value)
