@@ -117,7 +117,7 @@ from deap import base, creator, tools
 
 from search.cost_model import CostModel
 from search.features import encoder_for
-from search.similarity import SIMILARITY_FLOOR, filter_priors
+from search.similarity import SIMILARITY_FLOOR, filter_priors, runnable_priors
 from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
 from search.warm_start import HistoryRanker, history_seed_order
@@ -384,9 +384,13 @@ class GuidedGATuner(GATuner):
         handover_local_share: float = HANDOVER_LOCAL_SHARE,
         model_seeds: int | None = None,
         picks_order: str = "turns",
+        plausible_priors: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
+        # as transfer XGBoost's option: history's configs this layer could not run are
+        # left out of its seeds, dictionary and ranker, and of the transfer tuners it uses
+        self.plausible_priors = bool(plausible_priors)
         if picks_order not in ("turns", "ranked"):
             raise ValueError(f"picks_order must be 'turns' or 'ranked', not {picks_order!r}")
         self.picks_order = picks_order
@@ -431,6 +435,7 @@ class GuidedGATuner(GATuner):
         self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
         self._prior_group, self._prior_workloads, self._prior_perf = prior_groups(self.priors)
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
+        self._prior_fits = runnable_priors(space, self._prior_mapped) if self.plausible_priors else None
         self._rankers = SourceRankers(
             lambda: self.encoder.encode_configs([r.config for r in self.priors]),  # featurized on first use
             self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed,
@@ -464,7 +469,7 @@ class GuidedGATuner(GATuner):
         from search.xgb_tuner import TransferXGBTuner
 
         nxt = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
-                               local_share=self.handover_local_share)
+                               local_share=self.handover_local_share, plausible_priors=self.plausible_priors)
         nxt.state.seen |= self.state.seen
         nxt.tell(self.state.results)
         self.successor = nxt
@@ -506,9 +511,12 @@ class GuidedGATuner(GATuner):
             mapped=self._prior_mapped,
             return_indices=True,
         )
+        weights = kept.weights
+        if self._prior_fits is not None and len(idx):
+            idx, weights = idx[self._prior_fits[idx]], weights[self._prior_fits[idx]]
         if not measured:
-            self._kept_before_results = (idx, kept.weights)
-        return idx, kept.weights
+            self._kept_before_results = (idx, weights)
+        return idx, weights
 
     def _credibility(self, idx: np.ndarray, sims: np.ndarray) -> np.ndarray:
         """Per kept prior row (similarity ``sims``), its workload's chance of ranking this
@@ -559,7 +567,8 @@ class GuidedGATuner(GATuner):
         """
         from search.xgb_tuner import TransferXGBTuner
 
-        model = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features)
+        model = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
+                                 plausible_priors=self.plausible_priors)
         mapped = set(self._mapped_seed_keys(self._mapped_limit(n)))
         picks: list[Key] = []
         for cfg in model.ask(self.pop_size):

@@ -122,6 +122,17 @@ class FilteredPriors(NamedTuple):
     weights: np.ndarray
 
 
+def runnable_priors(space: KnobSpace, mapped: Sequence[tuple[int, ...] | None]) -> np.ndarray:
+    """Per prior, False where its config, mapped onto this layer (``mapped``, None where
+    it does not map), is one the layer could not run (:meth:`KnobSpace.fits_device_rows`):
+    its latency says nothing about this layer's configs. Unmapped priors are kept."""
+    fits = np.ones(len(mapped), dtype=bool)
+    at = [i for i, m in enumerate(mapped) if m is not None]
+    if at:
+        fits[at] = space.fits_device_rows([mapped[i] for i in at])
+    return fits
+
+
 def filter_priors(
     priors: Sequence[PriorRecord],
     layer_features: Sequence[float],

@@ -56,7 +56,7 @@ import numpy as np
 
 from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 from search.features import FeatureEncoder, encoder_for
-from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights
+from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, runnable_priors
 from search.source_weights import OWN, SourceRankers
 from search.tuner import PriorRecord, Tuner, prior_groups
 from search.warm_start import history_seed_order, ranked_history_keys
@@ -167,17 +167,13 @@ class XGBTuner(Tuner):
             lf[i, : len(vals)] = vals
         self._prior_X = enc.encode_configs([r.config for r in recs], lf, mapped=self._prior_mapped)
         self._prior_group, self._prior_workloads, self._prior_y = prior_groups(recs)
-        self._prior_fits = np.ones(len(recs), dtype=bool)
-        if self.plausible_priors:
-            at = [i for i, m in enumerate(self._prior_mapped) if m is not None]
-            if at:
-                self._prior_fits[at] = self.space.fits_device_rows([self._prior_mapped[i] for i in at])
+        self._prior_fits = runnable_priors(self.space, self._prior_mapped) if self.plausible_priors else None
 
     def _runnable(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``plausible_priors``: only records whose config this layer could run. On the
         H100 every one of ResNet-18's first conv's warm-start configs (from 3x3 layers)
         was rejected, while a model trained on them steered the search (2026-11-26)."""
-        if not self.plausible_priors or not len(idx):
+        if self._prior_fits is None or not len(idx):
             return idx, w
         keep = self._prior_fits[idx]
         return idx[keep], w[keep]

@@ -483,6 +483,15 @@ def test_history_configs_are_judged_with_the_shared_memory_estimate_where_the_se
         kept[on] = set(idx.tolist())
     assert kept[False] == set(range(len(configs)))
     assert kept[True] == set(np.flatnonzero(fits).tolist())
+    # the guided GA's option: its seeds, dictionary and ranker draw on the same records
+    fitting = {tuple(r) for r, ok in zip(rows, fits) if ok}
+    for on in (False, True):
+        ga = make_tuner("gga", verifier_only, seed=0, priors=priors, layer_features=layer.features(), plausible_priors=on,
+                        pop_size=8, model_seeds=0)
+        idx, _ = ga._kept_priors(())
+        assert set(idx.tolist()) == (set(np.flatnonzero(fits).tolist()) if on else set(range(len(configs))))
+        seeds = set(ga._seed_keys())
+        assert seeds <= fitting if on else not seeds <= fitting
 
 
 _SPACES_WITHOUT_AND_WITH_INTRINSICS = """
