@@ -84,13 +84,14 @@
 #    MobileNetV2's conv2d5 and 1,640 for conv2d4 (its baselines too): some 10 minutes at
 #    the seventh session's 0.22 s, plus about 100 s of replaying what the file holds each
 #    time a call resumes. One session, with the install in its first call.
-# 2. Transfer XGBoost learning only from history's configs the layer could run
-#    (`tl_xgb:plausible_priors=1`; the notebook, after the seventh session): on the first
-#    conv, where it loses now, and conv2d1 and conv2d3, about 1,100 new measurements:
-#      bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:0,resnet18:1,resnet18:3 \
-#        --exclude resnet18:4,resnet18:7,mobilenetv2:5 --tuners "xgb,tl_xgb,tl_xgb:plausible_priors=1"
-#    (TAG=_plausible). If it holds, the guided GA's transfer picks come from such a model
-#    too, and MobileNetV2 and conv2d4 want it measured as well.
+# 2. Both guided tuners learning only from history's configs the layer could run
+#    (`plausible_priors=1`; the notebook, after the seventh session): on the first conv,
+#    where transfer XGBoost loses now, and conv2d1 and conv2d3. A replay sized it at about
+#    1,100 answers the file lacks for each tuner (some overlap: 2,000 or so, 8 minutes):
+#      TAG=_plausible bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:0,resnet18:1,resnet18:3 \
+#        --exclude resnet18:4,resnet18:7,mobilenetv2:5 \
+#        --tuners "xgb,tl_xgb,tl_xgb:plausible_priors=1,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;plausible_priors=1"
+#    If it holds, MobileNetV2 and conv2d4 want it measured as well.
 # 3. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
 #    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new).
 #    This needs a database of the committed export alone, so that its history is not
