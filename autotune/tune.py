@@ -166,6 +166,8 @@ class TuneSession:
             chosen = {l.name for l in sorted(pending, key=lambda l: -est[l.name])[: opts.max_layers]}
             pending = [l for l in pending if l.name in chosen]
             tunable = [l for l in tunable if l.name in reused or l.name in chosen]
+        if pending:
+            self.measurer  # noqa: B018 -- its build workers start now, while tracking and history get ready
         progress = {
             l.name: LayerProgress(l.name, l.occurrences, l.flops, l.op_class, roofline_seconds(l, peaks.peak_flops, peaks.peak_bw))
             for l in pending
