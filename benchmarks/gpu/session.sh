@@ -24,9 +24,10 @@
 # is given back, so each call follows the last at once):
 #   here:   DEVKIT_EXTRA=... prepare.sh (above); bash benchmarks/gpu/travel.sh slim
 #   call 1, carry [".devkit/a"]: mkdir -p /root/devkit && cp .devkit/a/* /root/devkit/
-#   call 2, carry [".devkit/b", ".gpucarry"]: bash .devkit/b/install.sh && HISTORY_DB=... MEASUREMENTS=...
-#           LIMIT=520 bash benchmarks/gpu/session.sh history ARGS   (timeout_s 600)
-#   call 3: LIMIT=<what is left, less a minute> bash benchmarks/gpu/session.sh history ARGS
+#   call 2, carry [".devkit/b", ".gpucarry"]: bash .devkit/b/install.sh >/tmp/inst.log 2>&1;
+#           export HISTORY_DB=... MEASUREMENTS=...; BUDGET=$((570-SECONDS)) bash benchmarks/gpu/session.sh plan
+#           (timeout_s 600; or LIMIT=... bash benchmarks/gpu/session.sh history ARGS for one run)
+#   call 3: BUDGET=<what is left, less a minute> bash benchmarks/gpu/session.sh plan (the same command)
 #   here:   give the machine back; bash benchmarks/gpu/travel.sh restore; unpack gpu-history${TAG}.tgz
 # On the GPU machine, after ../shared/device-kit installed TVM into /tmp/site:
 #   bash benchmarks/gpu/session.sh check     # GPU tests, tune ResNet-18, export/load, vs cuDNN
@@ -37,6 +38,7 @@
 #   bash benchmarks/gpu/session.sh primitives  # conv/pool/LRN/BN/ReLU/FC/softmax vs cuDNN/cuBLAS
 #   bash benchmarks/gpu/session.sh zoo       # dqn, autoencoder, speech, seq2seq, memnet: tune, export, check
 #   bash benchmarks/gpu/session.sh nvrtc     # NVRTC with and without the build workers' header cache
+#   BUDGET=540 bash benchmarks/gpu/session.sh plan  # the plan's open items in order, call after call
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
 # history DB and the measurement file persist on the warm machine, so the next call
@@ -65,7 +67,8 @@
 # layers one after another in one lockstep, the next layer's runs filling the last
 # rounds of the one before; the progress lines' `apply` figure says what that gained.
 #
-# The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after).
+# The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after);
+# `session.sh plan` runs its items 1 and 2 with these arguments (below).
 # Done on 2026-11-26: the targets' nearest neighbours (ResNet-50's conv2d7, conv2d13,
 # conv2d2) deepened from 64 to 256 with cold XGBoost (sixth session), and on that history
 # conv2d3, conv2d1 and the first conv at 100 trials, conv2d3 and conv2d1 also with the
@@ -147,6 +150,7 @@ step() {
   echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$R/steps.txt"
   tail -n 3 "$R/$name.err"
   pack
+  return $rc
 }
 
 case "$mode" in
@@ -189,9 +193,9 @@ history|ceiling)
   if [ "$mode" = ceiling ]; then
     step history_ceiling "${LIMIT:-560}" $py benchmarks/bench_history_ceiling.py --target cuda --history-db "$db" \
       --measurements "$meas" --out "$R/history_ceiling_cuda${TAG:-}.json" "$@"
-  else
-    step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --history-db "$db" \
-      --measurements "$meas" --out "$R/history_guided_cuda${TAG:-}.json" "$@"
+  elif step history_guided "${LIMIT:-560}" $py benchmarks/bench_history_guided.py --target cuda --history-db "$db" \
+      --measurements "$meas" --out "$R/history_guided_cuda${TAG:-}.json" "$@"; then
+    touch "$(dirname "$db")/done${TAG:-}"  # finished, not cut short: `plan` skips it in later calls
   fi
   cp "$meas" "$R/" 2>/dev/null
   # SQLite's backup API: a consistent copy even if the run was cut short mid-write.
@@ -239,6 +243,31 @@ zoo)
     step "run_$m" 90 $py -m autotune run "$R/$m.so" --check "$m" --json
   done
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | zoo)"; exit 2 ;;
+plan)
+  # The plan's open items (above), in order, each a `history` run with TAG=_planN, within
+  # BUDGET seconds for this call (default 560): run the same command call after call. An
+  # item cut short resumes from the measurement file; a finished one (its marker beside
+  # the history database) is skipped; one that would get under 90 s waits for the next
+  # call. ITEMS picks which (default "1 2"). Each item's archive is gpu-history_planN.tgz.
+  budget=${BUDGET:-560}
+  started=$(date +%s)
+  deep=(--source resnet50:7,resnet50:13,resnet50:2 --history-trials 256 --history-tuner xgb --batch 16 --trials 100
+        --seeds 5 --no-shared-memory-estimate)
+  marks=$(dirname "${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}")
+  item() {
+    local n=$1 left; shift
+    case " ${ITEMS:-1 2} " in *" $n "*) ;; *) return 0 ;; esac
+    if [ -e "$marks/done_plan$n" ]; then echo "plan item $n: finished in an earlier call" | tee -a "$R/steps.txt"; return 0; fi
+    left=$(( budget - ($(date +%s) - started) - 20 ))
+    if [ "$left" -lt 90 ]; then echo "plan item $n: ${left}s left, for the next call" | tee -a "$R/steps.txt"; return 0; fi
+    echo "plan item $n: LIMIT=$left" | tee -a "$R/steps.txt"
+    LIMIT=$left TAG=_plan$n bash "$0" history "${deep[@]}" "$@"
+  }
+  item 1 --targets resnet18:0,resnet18:7,mobilenetv2:5,resnet18:4 --exclude resnet18:3,resnet18:1 \
+    --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
+  item 2 --targets resnet18:0,resnet18:1,resnet18:3 --exclude resnet18:4,resnet18:7,mobilenetv2:5 \
+    --tuners "xgb,tl_xgb,tl_xgb:plausible_priors=1,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;plausible_priors=1"
+  ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | zoo | plan)"; exit 2 ;;
 esac
 pack

@@ -1,0 +1,44 @@
+"""``benchmarks/gpu/session.sh plan``: the GPU plan's items in order within one call's
+budget, call after call with the same command. Only its bookkeeping runs here (no item
+gets the 90 s it needs to start); the items themselves need the GPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "session.sh"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def _plan(tmp_path: Path, **env: str) -> list[str]:
+    out = tmp_path / "out"
+    run = subprocess.run(
+        ["bash", str(SCRIPT), "plan"], cwd=SCRIPT.parents[2], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "OUT": str(out), "HISTORY_KEEP": str(tmp_path / "keep" / "h.db"), **env},
+    )
+    assert run.returncode == 0, run.stderr
+    assert (out / "gpu-plan.tgz").exists()
+    return (out / "steps-plan.txt").read_text().splitlines()
+
+
+WAITS = r"plan item {}: (39|40)s left, for the next call"  # 60 s less 20 in hand, less a second's tick
+
+
+def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
+    lines = _plan(tmp_path, BUDGET="60")
+    assert len(lines) == 2 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((1, 2), lines))
+
+
+def test_a_finished_item_is_skipped_and_items_can_be_picked(tmp_path):
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "done_plan1").touch()  # what a `history` run with TAG=_plan1 leaves when it finishes
+    assert _plan(tmp_path, BUDGET="60")[0] == "plan item 1: finished in an earlier call"
+    (line,) = _plan(tmp_path, BUDGET="60", ITEMS="2")
+    assert re.fullmatch(WAITS.format(2), line)
