@@ -62,7 +62,17 @@ def _normalize(value: Any) -> Any:
 
 
 def config_to_json(config: Mapping[str, Any]) -> str:
-    """Canonical JSON text of a config: equal configs give equal strings."""
+    """Canonical JSON text of a config: equal configs give equal strings.
+
+    Search keys every point it considers by this text (68,000 calls in a CUDA replay of
+    two layers), and the configs it makes are JSON-plain already (:meth:`KnobSpace.from_indices`):
+    those are written as they are; anything JSON cannot write as it is (numpy numbers, a
+    mapping that is not a dict) is made plain first, giving the same text."""
+    if type(config) is dict and all(type(k) is str for k in config):
+        try:
+            return json.dumps(config, sort_keys=True, separators=(",", ":"))
+        except TypeError:
+            pass
     return json.dumps(_jsonable(dict(config)), sort_keys=True, separators=(",", ":"))
 
 

@@ -213,6 +213,24 @@ def test_configs_from_indices_are_plain_json_and_share_no_list(cuda_space):
     assert cuda_space.from_indices(idx) == b and all(-1 not in b[name] for name in tiles)
 
 
+@pytest.mark.parametrize("config", [
+    {"b": [1, 2], "a": 3, "c": "x"},
+    {"t": (np.int64(4), [np.int32(1), 2]), "u": np.float32(0.5), "v": np.float64(0.25)},
+    {"flag": True, "none": None, "nested": [[1, [2, (3,)]]]},
+    {1: 2, "k": 3},
+])
+def test_config_json_is_the_same_text_however_plain_the_config_is(config):
+    """The fast path for JSON-plain configs writes what making them plain first writes."""
+    import json
+    from collections import OrderedDict
+
+    from templates.space import _jsonable
+
+    slow = json.dumps(_jsonable(dict(config)), sort_keys=True, separators=(",", ":"))
+    assert config_to_json(config) == slow
+    assert config_to_json(OrderedDict(reversed(list(config.items())))) == slow
+
+
 def test_config_from_json_rejects_non_objects():
     with pytest.raises(ValueError):
         config_from_json("[1, 2]")
