@@ -32,6 +32,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -61,7 +63,7 @@ def measured_configs(path: str, target_key: str, layer_key: str) -> dict[str, fl
     return out
 
 
-def rank_one(tuner, configs: list[str], latencies, np) -> dict:
+def rank_one(tuner, configs: list[str], latencies: np.ndarray) -> dict:
     """Fit as at trial 0 and rank the measured configs the tuner's encoder can map."""
     from scipy.stats import spearmanr
 
@@ -108,8 +110,6 @@ def main() -> int:
         if not os.path.exists(path):
             raise SystemExit(f"error: {flag}: no file at {path}")
 
-    import numpy as np
-
     from autotune.target import resolve_target
     from history import open_history
     from templates.meta_schedule_space import MetaScheduleSpace
@@ -142,7 +142,7 @@ def main() -> int:
                 per_seed = []
                 for seed in range(args.seeds):
                     tuner = make_run_tuner(spec_string, space, layer, seed, priors)
-                    per_seed.append(rank_one(tuner, configs, latencies, np))
+                    per_seed.append(rank_one(tuner, configs, latencies))
                     if seed == 0:
                         first = rejected_first(tuner, space)
                 tops = {str(k): statistics.median(s["best_of_top_us"][str(k)] for s in per_seed) if all(s["best_of_top_us"] for s in per_seed) else None for k in TOPS}

@@ -117,7 +117,7 @@ from deap import base, creator, tools
 
 from search.cost_model import CostModel
 from search.features import encoder_for
-from search.similarity import SIMILARITY_FLOOR, filter_priors, runnable_priors
+from search.similarity import SIMILARITY_FLOOR, filter_priors, only_runnable, runnable_priors
 from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
 from search.warm_start import HistoryRanker, history_seed_order
@@ -511,9 +511,7 @@ class GuidedGATuner(GATuner):
             mapped=self._prior_mapped,
             return_indices=True,
         )
-        weights = kept.weights
-        if self._prior_fits is not None and len(idx):
-            idx, weights = idx[self._prior_fits[idx]], weights[self._prior_fits[idx]]
+        idx, weights = only_runnable(self._prior_fits, idx, kept.weights)
         if not measured:
             self._kept_before_results = (idx, weights)
         return idx, weights

@@ -133,6 +133,15 @@ def runnable_priors(space: KnobSpace, mapped: Sequence[tuple[int, ...] | None]) 
     return fits
 
 
+def only_runnable(fits: np.ndarray | None, idx: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kept prior positions ``idx`` and their ``weights``, less those :func:`runnable_priors`
+    marked (``fits``); all of them where ``fits`` is None (the option is off)."""
+    if fits is None or not len(idx):
+        return idx, weights
+    keep = fits[idx]
+    return idx[keep], weights[keep]
+
+
 def filter_priors(
     priors: Sequence[PriorRecord],
     layer_features: Sequence[float],

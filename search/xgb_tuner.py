@@ -56,7 +56,7 @@ import numpy as np
 
 from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 from search.features import FeatureEncoder, encoder_for
-from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, runnable_priors
+from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, only_runnable, runnable_priors
 from search.source_weights import OWN, SourceRankers
 from search.tuner import PriorRecord, Tuner, prior_groups
 from search.warm_start import history_seed_order, ranked_history_keys
@@ -167,16 +167,10 @@ class XGBTuner(Tuner):
             lf[i, : len(vals)] = vals
         self._prior_X = enc.encode_configs([r.config for r in recs], lf, mapped=self._prior_mapped)
         self._prior_group, self._prior_workloads, self._prior_y = prior_groups(recs)
+        # ``plausible_priors``: on the H100 every one of ResNet-18's first conv's warm-start
+        # configs (from 3x3 layers) was rejected, while a model trained on them steered
+        # the search (2026-11-26)
         self._prior_fits = runnable_priors(self.space, self._prior_mapped) if self.plausible_priors else None
-
-    def _runnable(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``plausible_priors``: only records whose config this layer could run. On the
-        H100 every one of ResNet-18's first conv's warm-start configs (from 3x3 layers)
-        was rejected, while a model trained on them steered the search (2026-11-26)."""
-        if self._prior_fits is None or not len(idx):
-            return idx, w
-        keep = self._prior_fits[idx]
-        return idx[keep], w[keep]
 
     def _filtered_priors(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of usable priors, their similarity weights), re-judged on each fit."""
@@ -193,7 +187,7 @@ class XGBTuner(Tuner):
             mapped=self._prior_mapped,
             return_indices=True,
         )
-        return self._runnable(idx, kept.weights)
+        return only_runnable(self._prior_fits, idx, kept.weights)
 
     def _credible(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Weights times each source's chance of ranking the layer's own results best
@@ -351,7 +345,7 @@ class XGBTuner(Tuner):
                     self.priors, self.layer_features, None, self.similarity_threshold,
                     space=self.space, mapped=self._prior_mapped, return_indices=True,
                 )
-                idx, weights = self._runnable(idx, kept.weights)
+                idx, weights = only_runnable(self._prior_fits, idx, kept.weights)
                 self._history_keys = ranked_history_keys(
                     self.priors, self._prior_mapped, idx, weights, self._prior_y, self._prior_group,
                     self.encoder, self.layer_features, self.history_list, seed=self._seed,
