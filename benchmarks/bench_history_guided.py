@@ -204,6 +204,7 @@ def main() -> int:
                         "seconds": round(t_hist, 1), "kept_out": kept_out,
                         **({"other_target_discount": args.other_target_discount} if args.other_target_discount is not None else {})},
             "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
+            **({"measure_seconds": {k: round(v, 1) for k, v in cost.items()}} if (cost := cm.cost_seconds()) else {}),
             **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked, "nearest": cm.nearest}} if args.replay else {}),
             "layers": rows, "summary": summary,
             "arguments": {k: v for k, v in vars(args).items() if v is not None},

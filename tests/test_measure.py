@@ -98,3 +98,22 @@ def test_prewarm_starts_every_worker_before_any_build() -> None:
         assert res.error_msg is None and builder._pool is pool
     finally:
         builder.close()
+
+
+def test_the_builder_accounts_for_its_workers_time_and_each_batch_slowest_build() -> None:
+    """What a batch's wall time is made of: seconds inside the workers (summed) and the
+    slowest build of each batch (summed over batches), at least as long as the average."""
+    from tvm.s_tir import meta_schedule as ms
+
+    target = resolve_target("llvm").tvm_target
+    builder = measure.WarmBuilder(max_workers=2)
+    try:
+        batches = [[_matmul(8), _matmul(16), _matmul(24)], [_matmul(32)]]
+        for batch in batches:
+            results = builder.build([ms.builder.BuilderInput(m, target) for m in batch])
+            assert all(r.error_msg is None for r in results)
+        busy, slowest = builder.seconds["busy"], builder.seconds["slowest"]
+        assert 0 < slowest <= busy
+        assert slowest >= busy / 4  # two batches' slowest of four builds: at least the mean
+    finally:
+        builder.close()

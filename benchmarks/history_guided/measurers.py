@@ -99,10 +99,20 @@ class CachedMeasurer:
         return [[TrialResult(cfg, *out[(layer_key, config_to_json(cfg))]) for cfg in configs]
                 for layer_key, space, configs in groups]
 
+    def cost_seconds(self) -> dict[str, float]:
+        """Where the measurement time went so far, wall seconds by phase. Beside build's
+        wall time, the seconds each build worker spent building and the batches' slowest
+        builds summed: near the first, building is work; near the second, waiting on tails."""
+        sec, builder = self.measurer.seconds, self.measurer.builder
+        return {"apply": self.apply_seconds, "build": sec["build"], "run": sec["run"],
+                "build_busy_per_worker": builder.seconds["busy"] / builder.max_workers,
+                "build_slowest": builder.seconds["slowest"], "build_workers": builder.max_workers}
+
     def cost_summary(self) -> str:
-        """Where the measurement time went so far (a progress-line suffix)."""
-        sec = self.measurer.seconds
-        return f"apply {self.apply_seconds:.0f} s, build {sec['build']:.0f} s, run {sec['run']:.0f} s"
+        """:meth:`cost_seconds` as a progress-line suffix."""
+        c = self.cost_seconds()
+        return (f"apply {c['apply']:.0f} s, build {c['build']:.0f} s, run {c['run']:.0f} s; "
+                f"build workers busy {c['build_busy_per_worker']:.0f} s each, slowest builds {c['build_slowest']:.0f} s")
 
     def close(self) -> None:
         self.measurer.close()
@@ -201,6 +211,10 @@ class ReplayMeasurer:
         if lacking:
             raise SystemExit(f"error: --replay: the file holds no valid measurement on {self.target_key} of "
                              f"{', '.join(lacking)}; a replay answers only layers that were measured")
+
+    def cost_seconds(self) -> None:
+        """A replay spends no measurement time."""
+        return None
 
     def cost_summary(self) -> str:
         return f"replayed, {self.nearest} of {self.asked} answered by the nearest measured config"
