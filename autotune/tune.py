@@ -20,6 +20,7 @@ from autotune.errors import AutotuneError, OptionError, check_choice, check_coun
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
+from autotune.processes import pid_alive
 from autotune.target import TargetSpec, float_lanes
 
 #: How many of the best candidates to try verifying before giving up on a layer.
@@ -662,21 +663,11 @@ def close_stale_runs(store) -> list[str]:
         pid = params.get("pid")
         if run["status"] != "running" or params.get("host") != host or not isinstance(pid, int):
             continue
-        if pid == os.getpid() or _alive(pid):
+        if pid == os.getpid() or pid_alive(pid):
             continue
         store.finish_run(run["run_id"], "killed", {"reason": f"process {pid} on {host} is gone"})
         closed.append(run["run_id"])
     return closed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: int | None = None) -> list:

@@ -144,14 +144,16 @@ def main() -> int:
             ensure_measurable(target, None)
         except AutotuneError as err:
             raise SystemExit(f"error: {err}; --replay FILE answers from a measurement file instead") from None
-        cm = CachedMeasurer(target, args.repeat, args.measurements)
-        if cm.loaded:
-            log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
+        cm = None  # made once the tuners are known good: it starts a build worker per core
     targets = [(spec.partition(":")[0], layer_at(spec, args.size)) for spec in args.targets.split(",")]
     spaces = [MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options) for _, layer in targets]
     tuners = args.tuners.split(",")
     for spec in tuners:  # a misspelt tuner or option ends the run here, not after the history is built
         make_run_tuner(spec, spaces[0], targets[0][1], seed=0, priors=[])
+    if cm is None:
+        cm = CachedMeasurer(target, args.repeat, args.measurements)
+        if cm.loaded:
+            log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
     # Kept out of history and matching: recorded with the result, since a replay that keeps
     # out other layers draws on another history and gives other guided curves.
     kept_out = [*args.targets.split(","), *filter(None, (args.exclude or "").split(","))]

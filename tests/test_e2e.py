@@ -245,6 +245,13 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert n >= 6, "the tune never wrote records"
+    # its build folder outlived it; the next builder on this host removes it
+    import glob
+    import socket
+    import tempfile
+
+    left = glob.glob(os.path.join(tempfile.gettempdir(), f"autotune-build-{socket.gethostname()}-{proc.pid}-*"))
+    assert len(left) == 1
     with open_history(str(history), readonly=True) as store:
         kept = [r for r in store.records() if r.tuner == "random"]
     assert len(kept) >= n
@@ -256,6 +263,7 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     keys = [(r.workload_key, json.dumps(r.config, sort_keys=True)) for r in after if r.status != "invalid"]
     assert len(keys) == len(set(keys)), "a config was measured twice"
     assert len(after) > len(kept)
+    assert not os.path.exists(left[0])
     with open_history(str(history), readonly=True) as store:
         runs = store.runs()
     # the killed run is recognised as such once its process is gone; the resume finished

@@ -117,3 +117,36 @@ def test_the_builder_accounts_for_its_workers_time_and_each_batch_slowest_build(
         assert slowest >= busy / 4  # two batches' slowest of four builds: at least the mean
     finally:
         builder.close()
+
+
+def test_a_killed_builders_folder_is_removed_by_the_next_and_no_other_is() -> None:
+    """A tune killed outright leaves its build folder (on CUDA, 60 MB of NVRTC headers per
+    worker); the next builder on the host removes the folders of processes that are gone,
+    and only those."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    host = socket.gethostname()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with tempfile.TemporaryDirectory() as parent:
+        def folder(name: str) -> str:
+            path = os.path.join(parent, name)
+            os.mkdir(path)
+            with open(os.path.join(path, "candidate.so"), "wb") as fh:
+                fh.write(b"\0")
+            return name
+
+        orphan = folder(f"autotune-build-{host}-{gone.pid}-ab12_x")
+        kept = [
+            folder(f"autotune-build-{host}-{os.getpid()}-cd34_y"),  # this process
+            folder(f"autotune-build-{host}-1-ef56_z"),  # a live process (init)
+            folder(f"autotune-build-another-host-{gone.pid}-gh78_w"),  # another host's
+            folder("autotune-build-k9_old"),  # no owner in the name
+            folder(f"not-ours-{host}-{gone.pid}-ij90_v"),
+        ]
+        assert measure.remove_orphaned_exports(parent) == [orphan]
+        assert sorted(os.listdir(parent)) == sorted(kept)
