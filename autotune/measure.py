@@ -91,12 +91,43 @@ def _build_worker(mod, target, export_dir: str) -> str:
     return path
 
 
-def _timed_build(mod, target, export_dir: str) -> tuple[str, float]:
-    """:func:`_build_worker` and the seconds it took inside the worker: what a batch's
-    wall time is made of (busy workers, the slowest build, or neither) is then known."""
+def _timed_build(mod, target, export_dir: str) -> tuple[str, float, float]:
+    """:func:`_build_worker`, the seconds it took inside the worker and those of them in
+    TVM's CUDA compile callback (NVRTC): what a batch's wall time is made of (compiling
+    device code, the rest of a build, the slowest build, or none of these)."""
+    timed = target.kind.name == "cuda" and _time_device_compiles()
+    before = _device_compile_seconds[0]
     t0 = time.perf_counter()
     path = _build_worker(mod, target, export_dir)
-    return path, time.perf_counter() - t0
+    return path, time.perf_counter() - t0, (_device_compile_seconds[0] - before) if timed else 0.0
+
+
+#: Seconds this worker has spent in TVM's CUDA compile callback so far.
+_device_compile_seconds = [0.0]
+
+
+@functools.lru_cache(maxsize=1)
+def _time_device_compiles() -> bool:
+    """Once per worker: TVM's CUDA compile callback (``tvm.support.nvcc``, called by its
+    codegen where a CUDA driver is loaded) goes through a wrapper that adds up its
+    seconds. False where that callback is not there to wrap."""
+    try:
+        import tvm_ffi
+        from tvm.support import nvcc
+
+        compile_cuda = nvcc.tvm_callback_cuda_compile
+    except (ImportError, AttributeError):
+        return False
+
+    def timed(code):
+        t0 = time.perf_counter()
+        try:
+            return compile_cuda(code)
+        finally:
+            _device_compile_seconds[0] += time.perf_counter() - t0
+
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", timed, override=True)
+    return True
 
 
 #: Each build worker's NVRTC header file goes in ``<export dir>/<this>-<pid>``.
@@ -188,11 +219,12 @@ class WarmBuilder:
         self._remove_exports = weakref.finalize(self, shutil.rmtree, self.export_dir, True)
         self._pool = None
         self._uses = 0
-        #: Seconds summed over batches: ``busy``, every build inside its worker; ``slowest``,
-        #: each batch's slowest build, a floor under its wall time however many workers.
+        #: Seconds summed over batches: ``busy``, every build inside its worker, of which
+        #: ``device_compile`` in TVM's CUDA compile callback (NVRTC); ``slowest``, each
+        #: batch's slowest build, a floor under its wall time however many workers.
         #: On the H100 a batch's wall time came to about 2.4 worker-seconds a build, of
         #: which NVRTC was 0.1 (2026-11-26); these say whether the rest is work or waiting.
-        self.seconds = {"busy": 0.0, "slowest": 0.0}
+        self.seconds = {"busy": 0.0, "device_compile": 0.0, "slowest": 0.0}
 
     def _executor(self):
         from tvm.support.popen_pool import PopenPoolExecutor
@@ -228,8 +260,9 @@ class WarmBuilder:
             lambda x: _timed_build(*x), [(b.mod, b.target, self.export_dir) for b in build_inputs]
         ):
             if res.status == StatusKind.COMPLETE:
-                path, seconds = res.value
+                path, seconds, device_compile = res.value
                 self.seconds["busy"] += seconds
+                self.seconds["device_compile"] += device_compile
                 slowest = max(slowest, seconds)
                 results.append(BuilderResult(path, None))
             elif res.status == StatusKind.TIMEOUT:

@@ -106,13 +106,16 @@ class CachedMeasurer:
         sec, builder = self.measurer.seconds, self.measurer.builder
         return {"apply": self.apply_seconds, "build": sec["build"], "run": sec["run"],
                 "build_busy_per_worker": builder.seconds["busy"] / builder.max_workers,
+                "build_device_compile_per_worker": builder.seconds["device_compile"] / builder.max_workers,
                 "build_slowest": builder.seconds["slowest"], "build_workers": builder.max_workers}
 
     def cost_summary(self) -> str:
         """:meth:`cost_seconds` as a progress-line suffix."""
         c = self.cost_seconds()
+        device = c["build_device_compile_per_worker"]  # CUDA on a GPU machine: NVRTC
         return (f"apply {c['apply']:.0f} s, build {c['build']:.0f} s, run {c['run']:.0f} s; "
-                f"build workers busy {c['build_busy_per_worker']:.0f} s each, slowest builds {c['build_slowest']:.0f} s")
+                f"build workers busy {c['build_busy_per_worker']:.0f} s each"
+                f"{f' ({device:.0f} s compiling device code)' if device else ''}, slowest builds {c['build_slowest']:.0f} s")
 
     def close(self) -> None:
         self.measurer.close()
