@@ -124,8 +124,9 @@ class TuneSession:
         #: configs measured this run per op class: new evidence a cold layer's match may gain
         self._measured_by_class: dict[str, int] = {}
 
-    @property
     def measurer(self):
+        """The session's measurer, made on first use: its build workers start then, so a
+        tune asks for it as soon as it knows some layer needs measuring."""
         from autotune.measure import Measurer
 
         if self._measurer is None:
@@ -168,7 +169,7 @@ class TuneSession:
             pending = [l for l in pending if l.name in chosen]
             tunable = [l for l in tunable if l.name in reused or l.name in chosen]
         if pending:
-            self.measurer  # noqa: B018 -- its build workers start now, while tracking and history get ready
+            self.measurer()  # its build workers start now, while tracking and history get ready
         progress = {
             l.name: LayerProgress(l.name, l.occurrences, l.flops, l.op_class, roofline_seconds(l, peaks.peak_flops, peaks.peak_bw))
             for l in pending
@@ -580,7 +581,7 @@ class TuneSession:
         except Exception as err:
             self.reporter.message(f"{layer.name}: no default schedule ({str(err).splitlines()[-1][:120]})")
             return None
-        (res,) = self.measurer.measure([mod])
+        (res,) = self.measurer().measure([mod])
         self.store.add_record(
             workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id, config={},
             samples=res.samples, status=res.status, error=res.error, run_id=self.run_id, tuner="default", verified=True if res.status == "ok" else None,
@@ -604,7 +605,7 @@ class TuneSession:
             else:
                 mods.append(applied)
                 slots.append(i)
-        measured: list[Measurement] = self.measurer.measure(mods) if mods else []
+        measured: list[Measurement] = self.measurer().measure(mods) if mods else []
         for i, res in zip(slots, measured):
             self.store.add_record(
                 workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id, config=configs[i],
