@@ -399,13 +399,7 @@ class TuneSession:
         depth = source_depth(priors)
         out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors), **depth}
         if is_shallow(depth) and decision.tuner in ("gga", "tl_xgb"):
-            self.reporter.message(
-                f"{layer.name}: history is shallow, {depth['sources']} similar layers with a median of "
-                f"{depth['per_source_median']:g} measured configs each (the most similar, at "
-                f"{depth['nearest_similarity']:.2f}, holds {depth['nearest_configs']}); {decision.tuner} may settle near their "
-                "unconverged winners (tuning the most similar layer longer is what deepens it where it counts)"
-                + ("; gga hands the layer to tl_xgb after its first population" if decision.tuner == "gga" else "")
-            )
+            self.reporter.message(shallow_history_message(layer.name, depth, decision.tuner))
         tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())
         earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
         tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
@@ -652,6 +646,20 @@ class _LayerTuning:
     invalid: int = 0
     #: configs of other layers of its class this run had measured when it was last matched
     others_at_match: int = 0
+
+
+def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str) -> str:
+    """What a guided tuner's user is told when the history it draws on is shallow."""
+    if depth["sources"] == 1:
+        held = f"1 similar layer, at {depth['nearest_similarity']:.2f}, with {depth['nearest_configs']} measured configs"
+        whose = "its"
+    else:
+        held = (f"{depth['sources']} similar layers with a median of {depth['per_source_median']:g} measured configs each "
+                f"(the most similar, at {depth['nearest_similarity']:.2f}, holds {depth['nearest_configs']})")
+        whose = "their"
+    return (f"{layer_name}: history is shallow, {held}; {tuner} may settle near {whose} unconverged winners (tuning the "
+            "most similar layer longer is what deepens it where it counts)"
+            + ("; gga hands the layer to tl_xgb after its first population" if tuner == "gga" else ""))
 
 
 def close_stale_runs(store) -> list[str]:

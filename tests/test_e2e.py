@@ -568,3 +568,15 @@ def test_a_translation_model_fed_token_ids_tunes_compiles_and_decodes_as_onnx_do
     assert result["check"]["ok"] is True, result["check"]
     (scores,) = result["output_arrays"]
     assert scores.shape == entry.output_shape(1, size)
+
+
+def test_the_shallow_history_message_counts_its_layers() -> None:
+    from autotune.tune import shallow_history_message
+
+    one = shallow_history_message("L", {"sources": 1, "per_source_median": 4.0, "nearest_similarity": 0.27,
+                                        "nearest_configs": 4}, "tl_xgb")
+    assert one.startswith("L: history is shallow, 1 similar layer, at 0.27, with 4 measured configs; tl_xgb may settle near its ")
+    two = shallow_history_message("L", {"sources": 2, "per_source_median": 6.5, "nearest_similarity": 0.41,
+                                        "nearest_configs": 8}, "gga")
+    assert "2 similar layers with a median of 6.5 measured configs each (the most similar, at 0.41, holds 8)" in two
+    assert "near their unconverged winners" in two and two.endswith("gga hands the layer to tl_xgb after its first population")
