@@ -66,6 +66,9 @@
 # applying had taken 14 s of a 57-s round, one config after another) and runs the target
 # layers one after another in one lockstep, the next layer's runs filling the last
 # rounds of the one before; the progress lines' `apply` figure says what that gained.
+# Since the evening of 2026-11-26 they also say what building is made of: "build workers
+# busy N s each (M s compiling device code), slowest builds K s" (NVRTC is the M; build
+# time near K is the rounds' tails). The H100's 2.4 worker-seconds a build wait on this.
 #
 # The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after);
 # `session.sh plan` runs its items 1 and 2 with these arguments (below).
