@@ -117,6 +117,7 @@ from deap import base, creator, tools
 
 from search.cost_model import CostModel
 from search.features import encoder_for
+from search.repair import runnable_mapping
 from search.similarity import SIMILARITY_FLOOR, filter_priors, only_runnable, runnable_priors
 from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
@@ -385,12 +386,15 @@ class GuidedGATuner(GATuner):
         model_seeds: int | None = None,
         picks_order: str = "turns",
         plausible_priors: bool = False,
+        repair_history: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
-        # as transfer XGBoost's option: history's configs this layer could not run are
-        # left out of its seeds, dictionary and ranker, and of the transfer tuners it uses
+        # as transfer XGBoost's options: history's configs this layer could not run are
+        # left out of its seeds, dictionary and ranker, and of the transfer tuners it uses;
+        # or moved to the nearest the layer can run (:mod:`search.repair`)
         self.plausible_priors = bool(plausible_priors)
+        self.repair_history = bool(repair_history)
         if picks_order not in ("turns", "ranked"):
             raise ValueError(f"picks_order must be 'turns' or 'ranked', not {picks_order!r}")
         self.picks_order = picks_order
@@ -436,6 +440,8 @@ class GuidedGATuner(GATuner):
         self._prior_group, self._prior_workloads, self._prior_perf = prior_groups(self.priors)
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
         self._prior_fits = runnable_priors(space, self._prior_mapped) if self.plausible_priors else None
+        if self.repair_history:  # judged above as mapped, moved from here on
+            self._prior_mapped = runnable_mapping(space, self._prior_mapped)
         self._rankers = SourceRankers(
             lambda: self.encoder.encode_configs([r.config for r in self.priors]),  # featurized on first use
             self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed,
@@ -469,7 +475,8 @@ class GuidedGATuner(GATuner):
         from search.xgb_tuner import TransferXGBTuner
 
         nxt = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
-                               local_share=self.handover_local_share, plausible_priors=self.plausible_priors)
+                               local_share=self.handover_local_share, plausible_priors=self.plausible_priors,
+                               repair_history=self.repair_history)
         nxt.state.seen |= self.state.seen
         nxt.tell(self.state.results)
         self.successor = nxt
@@ -566,7 +573,7 @@ class GuidedGATuner(GATuner):
         from search.xgb_tuner import TransferXGBTuner
 
         model = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
-                                 plausible_priors=self.plausible_priors)
+                                 plausible_priors=self.plausible_priors, repair_history=self.repair_history)
         mapped = set(self._mapped_seed_keys(self._mapped_limit(n)))
         picks: list[Key] = []
         for cfg in model.ask(self.pop_size):

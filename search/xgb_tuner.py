@@ -56,6 +56,7 @@ import numpy as np
 
 from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 from search.features import FeatureEncoder, encoder_for
+from search.repair import runnable_mapping
 from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, only_runnable, runnable_priors
 from search.source_weights import OWN, SourceRankers
 from search.tuner import PriorRecord, Tuner, prior_groups
@@ -95,11 +96,15 @@ class XGBTuner(Tuner):
         history_list: int = 32,
         local_share: float = 0.0,
         plausible_priors: bool = False,
+        repair_history: bool = False,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         # History's configs that, mapped onto this layer, could not run on the device
         # (:meth:`KnobSpace.fits_device_rows`) are left out of training and warm start.
         self.plausible_priors = bool(plausible_priors)
+        # Or, for what the tuner measures of history's, moved to the nearest config the
+        # layer can run (:mod:`search.repair`); the model still learns from the sources.
+        self.repair_history = bool(repair_history)
         if not 0.0 <= float(local_share) <= 1.0:
             raise ValueError(f"local_share must be a fraction of the batch in [0, 1], not {local_share!r}")
         self.local_share = float(local_share)
@@ -171,6 +176,8 @@ class XGBTuner(Tuner):
         # configs (from 3x3 layers) was rejected, while a model trained on them steered
         # the search (2026-11-26)
         self._prior_fits = runnable_priors(self.space, self._prior_mapped) if self.plausible_priors else None
+        if self.repair_history:  # judged above as mapped, moved from here on
+            self._prior_mapped = runnable_mapping(self.space, self._prior_mapped)
 
     def _filtered_priors(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of usable priors, their similarity weights), re-judged on each fit."""

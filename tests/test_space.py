@@ -512,6 +512,61 @@ def test_history_configs_are_judged_with_the_shared_memory_estimate_where_the_se
         assert seeds <= fitting if on else not seeds <= fitting
 
 
+def test_history_configs_the_layer_cannot_run_move_to_the_nearest_it_can(resnet_layers, cuda_target):
+    """``repair_history``: a mapped config that overruns the layer's limits goes to the
+    one-knob move from it that fits and lies nearest in feature space (checked against
+    every such move); configs that fit stay; the guided tuners then offer only configs
+    the layer can run where they offered some it could not."""
+    from search import make_tuner
+    from search.features import encoder_for
+    from search.repair import nearest_runnable, runnable_mapping
+    from search.tuner import PriorRecord
+
+    layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
+    unbounded = MetaScheduleSpace(layer.func, _cuda_target_with(max_shared_memory_per_block=1 << 30), name=layer.name)
+    verifier_only = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
+    rng = np.random.default_rng(11)
+    configs = [unbounded.random_config(rng) for _ in range(40)]
+    rows = [tuple(verifier_only.to_indices(c)) for c in configs]
+    fits = verifier_only.fits_device_rows(rows)
+    assert not fits.all() and fits.any()
+
+    moved = nearest_runnable(verifier_only, rows)
+    encoder, sizes = encoder_for(verifier_only), [len(k) for k in verifier_only.knobs]
+    for row, ok in zip(rows, fits):
+        if ok:
+            assert moved[row] == row
+            continue
+        new = moved[row]
+        assert new is not None and verifier_only.fits_device_rows([new]).all()
+        assert sum(a != b for a, b in zip(row, new)) == 1
+        moves = [row[:i] + (v,) + row[i + 1:] for i, n in enumerate(sizes) for v in range(n) if v != row[i]]
+        moves = [m for m, f in zip(moves, verifier_only.fits_device_rows(moves)) if f]
+        here = encoder.encode_indices(np.array([row]))[0]
+        dist = np.nansum((encoder.encode_indices(np.array(moves)) - here) ** 2, axis=1)
+        assert np.nansum((encoder.encode_indices(np.array([new]))[0] - here) ** 2) == dist.min()
+    assert runnable_mapping(verifier_only, [None, *rows]) == [None, *[moved[r] for r in rows]]
+
+    priors = [PriorRecord(c, 1e-5 * (1 + i), 0.9, layer.features(), "source") for i, c in enumerate(configs)]
+    for name, options in (("tl_xgb", {}), ("gga", {"pop_size": 8, "model_seeds": 0})):
+        offered = {}
+        for on in (False, True):
+            tuner = make_tuner(name, verifier_only, seed=0, priors=priors, layer_features=layer.features(),
+                               repair_history=on, **options)
+            keys = tuner._ranked_history() if name == "tl_xgb" else tuner._seed_keys()
+            offered[on] = verifier_only.fits_device_rows(keys)
+        assert not offered[False].all() and offered[True].all(), (name, offered)
+
+
+def test_nothing_moves_where_nothing_overruns(llvm_space):
+    """On LLVM no config overruns a device limit: the mapping stays as it is."""
+    from search.repair import runnable_mapping
+
+    rng = np.random.default_rng(3)
+    rows = [tuple(llvm_space.to_indices(llvm_space.random_config(rng))) for _ in range(12)]
+    assert runnable_mapping(llvm_space, rows) == rows
+
+
 _SPACES_WITHOUT_AND_WITH_INTRINSICS = """
 import importlib
 import json
