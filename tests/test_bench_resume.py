@@ -584,3 +584,30 @@ def test_the_transfer_ranking_without_its_files_ends_with_one_line(tmp_path, mon
     with pytest.raises(SystemExit, match="--history-db: no file at") as exit_:
         bench_transfer_ranking.main()
     assert "\n" not in str(exit_.value)
+
+
+def test_the_prior_rank_trace_follows_every_transfer_fit_of_a_replayed_run(tmp_path, monkeypatch):
+    """``trace_prior_rank.py`` replays a benchmark with transfer XGBoost's fits traced: an
+    entry per fit with history's model kept, the layer's own results growing, each with a
+    rank correlation; the benchmark's result is written as usual."""
+    import bench_history_guided
+    import trace_prior_rank
+
+    db, measurements = tmp_path / "h.db", tmp_path / "m.jsonl"
+    common = ["--source", "resnet18:1", "--history-trials", "8", "--size", "32", "--targets", "resnet18:0",
+              "--trials", "12", "--batch", "4", "--seeds", "1"]
+    monkeypatch.setattr(sys, "argv", ["bench_history_guided.py", "--history-db", str(db), "--measurements",
+                                      str(measurements), "--tuners", "xgb,tl_xgb", *common])
+    assert bench_history_guided.main() == 0
+    trace, out = tmp_path / "trace.json", tmp_path / "replayed.json"
+    monkeypatch.setattr(sys, "argv", ["trace_prior_rank.py", "--trace", str(trace), "--", "--replay", str(measurements),
+                                      "--history-db", str(db), "--tuners", "tl_xgb", "--out", str(out), *common])
+    assert trace_prior_rank.main() == 0
+    entries = json.loads(trace.read_text())
+    assert len(entries) >= 2 and all(e["priors_kept"] > 0 and e["ran"] >= 4 for e in entries)
+    assert [e["asked"] for e in entries] == sorted(e["asked"] for e in entries)
+    assert all(e["spearman"] is None or -1.0 <= e["spearman"] <= 1.0 for e in entries)
+    assert json.loads(out.read_text())["layers"][0]["tuners"]["tl_xgb"]["approximated"] == [0]
+    from search.xgb_tuner import TransferXGBTuner
+
+    assert TransferXGBTuner._fit.__name__ == "_fit" and TransferXGBTuner._fit.__qualname__ == "TransferXGBTuner._fit"

@@ -1,0 +1,74 @@
+"""How well history's model ranks a layer's own results as transfer XGBoost goes on.
+
+Runs ``bench_history_guided.py`` (any of its arguments; a ``--replay`` needs no device)
+with every transfer-XGBoost fit traced: after each fit with a model of history kept,
+the Spearman correlation between that model's scores of the layer's successfully
+measured configs so far and their measured speed. A history that ranks the layer's own
+results backwards is one a tuner could notice and drop; one that ranks them weakly but
+rightly is not. Writes the trace as JSON to ``--trace FILE`` (one entry per fit: layer,
+seed, configs asked, configs that ran, correlation, priors kept); the benchmark's own
+output is as usual.
+
+Run:  python benchmarks/trace_prior_rank.py --trace trace.json -- --replay FILE --history-db H ... --tuners tl_xgb
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from typing import Iterator
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@contextlib.contextmanager
+def traced_fits(log: list[dict]) -> Iterator[None]:
+    """While in the block, each ``TransferXGBTuner._fit`` appends its entry to ``log``."""
+    from scipy.stats import spearmanr
+
+    from search.xgb_tuner import TransferXGBTuner
+
+    fit = TransferXGBTuner._fit
+
+    def _fit(self) -> bool:
+        fitted = fit(self)
+        own_idx, own_y = self._own_rows()
+        ran = own_y > 0
+        if self.prior_model is not None and self._prior_fit_key is not None and ran.sum() >= 4:
+            scores = self.prior_model.predict(self.encoder.encode_indices(own_idx[ran], self.layer_features))
+            rho = spearmanr(scores, own_y[ran]).statistic
+            log.append({"layer": getattr(self.space, "name", ""), "seed": self._seed, "asked": len(own_y),
+                        "ran": int(ran.sum()), "spearman": None if rho != rho else round(float(rho), 3),
+                        "priors_kept": int(self._n_prior_kept)})
+        return fitted
+
+    TransferXGBTuner._fit = _fit
+    try:
+        yield
+    finally:
+        TransferXGBTuner._fit = fit
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    if "--trace" not in args or "--" not in args or args.index("--trace") + 1 >= len(args):
+        raise SystemExit("usage: trace_prior_rank.py --trace FILE -- BENCH_HISTORY_GUIDED_ARGUMENTS")
+    trace_path = args[args.index("--trace") + 1]
+    bench_args = args[args.index("--") + 1 :]
+    log: list[dict] = []
+    import bench_history_guided
+
+    sys.argv = ["bench_history_guided.py", *bench_args]
+    try:
+        with traced_fits(log):
+            return bench_history_guided.main()
+    finally:
+        with open(trace_path, "w", encoding="utf-8") as fh:
+            json.dump(log, fh, indent=1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
