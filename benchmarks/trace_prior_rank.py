@@ -32,6 +32,7 @@ def traced_fits(log: list[dict]) -> Iterator[None]:
     from search.xgb_tuner import TransferXGBTuner
 
     fit = TransferXGBTuner._fit
+    own = "_fit" in vars(TransferXGBTuner)  # else inherited: the class gets it back by deletion
 
     def _fit(self) -> bool:
         fitted = fit(self)
@@ -49,7 +50,10 @@ def traced_fits(log: list[dict]) -> Iterator[None]:
     try:
         yield
     finally:
-        TransferXGBTuner._fit = fit
+        if own:
+            TransferXGBTuner._fit = fit
+        else:
+            del TransferXGBTuner._fit
 
 
 def main() -> int:
