@@ -175,9 +175,9 @@ def _export_owner(name: str) -> tuple[str, int] | None:
     (mkdtemp's random part has no '-'; a host name may)."""
     if not name.startswith(_EXPORT_PREFIX):
         return None
-    host, _, rest = name[len(_EXPORT_PREFIX):].rpartition("-")
-    host, _, pid = host.rpartition("-")
-    return (host, int(pid)) if host and pid.isdigit() and rest else None
+    owner, _, random_part = name[len(_EXPORT_PREFIX):].rpartition("-")
+    host, _, pid = owner.rpartition("-")
+    return (host, int(pid)) if host and pid.isdigit() and random_part else None
 
 
 def remove_orphaned_exports(parent: str | None = None) -> list[str]:
