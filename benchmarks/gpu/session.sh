@@ -93,6 +93,8 @@
 #    A replay here sized it at 860 answers the file lacks: about 3.5 minutes. First,
 #    because whether either option becomes a default decides which transfer-XGBoost
 #    curves the other layers want (their baselines, most of item 2, are the same either way).
+#    If moving helps, the guided GA's first population wants it next (`"gga:pop_size=16;repair_history=1"`
+#    on conv2d3 and conv2d7, where 19 and 24 of history's first 32 configs were rejected).
 # 2. The rest of the four layers on the deepened history; the first conv answers from the
 #    file, and conv2d7 nearly (its guided GA decided as measured, 180 answers to go):
 #      LIMIT=... bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:0,resnet18:7,mobilenetv2:5,resnet18:4 \
