@@ -17,7 +17,8 @@ thread, footprints). Ties go to the first move in knob order. A config with no s
 move is left as it was. On LLVM no config overruns anything, so nothing moves.
 
 It is an option of both guided tuners (``repair_history``, off by default): which of
-these moved configs run fast has yet to be measured.
+these moved configs run fast has yet to be measured. With ``plausible_priors`` as well,
+the records whose configs would move are left out altogether, so nothing moves.
 """
 
 from __future__ import annotations
