@@ -126,7 +126,10 @@ def _time_device_compiles() -> bool:
         finally:
             _device_compile_seconds[0] += time.perf_counter() - t0
 
-    tvm_ffi.register_global_func("tvm_callback_cuda_compile", timed, override=True)
+    try:
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", timed, override=True)
+    except Exception:  # timing is a figure, never a reason for a build to fail
+        return False
     return True
 
 
