@@ -8,7 +8,6 @@ compile leaves no partial ``.so`` behind.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -79,14 +78,12 @@ def build(mod, target: TargetSpec):
 
     from autotune.defaults import apply_gpu_defaults
     from autotune.errors import interrupt_mark, raise_if_interrupted_since
-    from autotune.nvrtc_headers import header_cache_during
+    from autotune.nvrtc_headers import header_cache_for
 
     tvm_target = target.tvm_target
     mark = interrupt_mark()
-    # one NVRTC compile for the whole model: it reuses the headers the verifications parsed
-    headers = header_cache_during() if target.kind == "cuda" else contextlib.nullcontext()
-    try:
-        with tvm_target, headers:
+    try:  # one NVRTC compile for the whole model: it reuses the headers the verifications parsed
+        with tvm_target, header_cache_for(target.kind):
             if target.kind == "cuda":
                 mod = apply_gpu_defaults(mod)
             executable = relax.build(mod, target=tvm_target, relax_pipeline=relax.get_pipeline("default"))

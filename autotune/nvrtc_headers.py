@@ -138,3 +138,9 @@ def header_cache_during(
                 env.pop(TVM_OPTIONS_VAR, None)
             else:
                 env[TVM_OPTIONS_VAR] = before
+
+
+def header_cache_for(target_kind: str) -> contextlib.AbstractContextManager:
+    """:func:`header_cache_during` for a CUDA target, nothing for any other: what the
+    main process's compiles (a winner's check, the model) wrap themselves in."""
+    return header_cache_during() if target_kind == "cuda" else contextlib.nullcontext()

@@ -9,8 +9,6 @@ there, where it was timed, and the outputs come back to be compared here.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from autotune.remote import RemoteDevice
@@ -37,11 +35,10 @@ def run_module(mod, target, device, arrays: list[np.ndarray], *, remote: RemoteD
     ``--rpc`` server's (the library is uploaded there and loaded first)."""
     import tvm
 
-    from autotune.nvrtc_headers import header_cache_during
+    from autotune.nvrtc_headers import header_cache_for
 
     # NVRTC's parsed headers, as in the build workers: a tune verifies each layer's winner
-    headers = header_cache_during() if target.kind.name == "cuda" else contextlib.nullcontext()
-    with target, headers:
+    with target, header_cache_for(target.kind.name):
         lib = tvm.compile(mod, target=target)
     if remote is not None:
         lib = remote.load(lib, "verify", target)

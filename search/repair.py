@@ -51,14 +51,15 @@ def nearest_runnable(space: KnobSpace, keys: Sequence[Key]) -> dict[Key, Key | N
     move that it can run, else None. Memoized per space: every seed's tuner of a layer
     asks about the same history."""
     memo = _memo(space)
-    todo = sorted({tuple(int(v) for v in k) for k in keys} - memo.keys())
+    plain = {tuple(int(v) for v in k) for k in keys}
+    todo = sorted(plain - memo.keys())
     if todo:
         fits = space.fits_device_rows(todo)
         sizes = [len(k) for k in space.knobs]
         encoder = encoder_for(space)
         for key, ok in zip(todo, fits):
             memo[key] = key if ok else _nearest_move(space, encoder, sizes, key)
-    return {tuple(int(v) for v in k): memo[tuple(int(v) for v in k)] for k in keys}
+    return {key: memo[key] for key in plain}
 
 
 def _nearest_move(space: KnobSpace, encoder, sizes: Sequence[int], key: Key) -> Key | None:
