@@ -7,6 +7,7 @@ one :class:`AutotuneError` line, before TVM gets a chance to print a C++ backtra
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,11 +103,37 @@ def load_model(
         try:
             proto = onnx.load(str(path))
         except Exception as err:  # protobuf DecodeError and friends
+            missing = _unreadable_external_data(path)
+            if missing:
+                raise AutotuneError(
+                    f"{model}: its weights are stored in {missing} beside it (ONNX external data, as torch's "
+                    "dynamo exporter writes them), which cannot be read; keep that file next to the model"
+                ) from None
             raise AutotuneError(f"{model} is not an ONNX model ({type(err).__name__}: {_first_line(err)})") from None
         if not proto.graph.node:
             raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
         name, source = path.stem, str(path.resolve())
     return _pin_shapes(proto, name, source, input_shapes or {}, fold_batch_norm=fold_batch_norm)
+
+
+def _unreadable_external_data(path: Path) -> str | None:
+    """The first external-data file the model's weights name that is not a readable
+    file beside it, or None. ``onnx.load`` reports one as a ValidationError about a
+    tensor, which read as if the model itself were broken."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return None
+    for tensor in proto.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), None)
+        where = path.parent / location if location else None
+        if where is not None and not (where.is_file() and os.access(where, os.R_OK)):
+            return location
+    return None
 
 
 def _first_line(err: BaseException) -> str:

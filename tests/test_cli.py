@@ -80,6 +80,14 @@ def test_not_onnx_file(capsys, env):
     _user_error(capsys, ["layers", "notes.onnx"], contains=("not an ONNX model",))
 
 
+def test_model_without_its_external_data(capsys, env):
+    import shutil
+
+    data = Path(__file__).parent / "data"  # the dynamo exporter's weights live in .onnx.data beside it
+    shutil.copy(data / "torchvision_regnet_dynamo.onnx", env / "regnet.onnx")
+    _user_error(capsys, ["layers", "regnet.onnx"], contains=("torchvision_regnet_dynamo.onnx.data", "external data"))
+
+
 def test_unknown_zoo_name(capsys):
     _user_error(capsys, ["layers", "nosuchmodel"], contains=("nosuchmodel", "zoo"))
 
