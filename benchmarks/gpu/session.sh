@@ -25,6 +25,7 @@
 #   here:   DEVKIT_EXTRA=... prepare.sh (above); bash benchmarks/gpu/travel.sh slim
 #   call 1, carry [".devkit/a"]: mkdir -p /root/devkit && cp .devkit/a/* /root/devkit/
 #   call 2, carry [".devkit/b", ".gpucarry"]: bash .devkit/b/install.sh >/tmp/inst.log 2>&1;
+#           bash benchmarks/gpu/session.sh builds;  (once: what a build is made of, about a minute)
 #           export HISTORY_DB=... MEASUREMENTS=...; BUDGET=$((570-SECONDS)) bash benchmarks/gpu/session.sh plan
 #           (timeout_s 600; or LIMIT=... bash benchmarks/gpu/session.sh history ARGS for one run)
 #   call 3: BUDGET=<what is left, less a minute> bash benchmarks/gpu/session.sh plan (the same command)
@@ -38,6 +39,7 @@
 #   bash benchmarks/gpu/session.sh primitives  # conv/pool/LRN/BN/ReLU/FC/softmax vs cuDNN/cuBLAS
 #   bash benchmarks/gpu/session.sh zoo       # dqn, autoencoder, speech, seq2seq, memnet: tune, export, check
 #   bash benchmarks/gpu/session.sh nvrtc     # NVRTC with and without the build workers' header cache
+#   bash benchmarks/gpu/session.sh builds    # what a candidate build is made of: compile, NVRTC, link, pool waiting
 #   BUDGET=540 bash benchmarks/gpu/session.sh plan  # the plan's open items in order, call after call
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
@@ -134,7 +136,7 @@
 # H100's NVRTC 13.0 a kernel compiled in 0.07 to 0.14 s instead of 1.5, every cubin
 # byte-identical: `bash benchmarks/gpu/session.sh nvrtc`, about 30 s; AUTOTUNE_NVRTC_PCH=0
 # turns it off). What is left of a build, about 2.4 worker-seconds on 16 workers, is not
-# NVRTC; a profile of one worker's builds would say what it is. Size a call by a --replay
+# NVRTC; `session.sh builds` (about a minute) says what it is. Size a call by a --replay
 # here first (above).
 # Since run 46 (2026-11-26) the guided GA hands a layer whose history sources hold a
 # median under 128 configs to transfer XGBoost after its first population: on the H100
@@ -252,6 +254,16 @@ nvrtc)
   step nvrtc "${LIMIT:-120}" $py benchmarks/bench_nvrtc_headers.py --layers "${LAYERS:-resnet18:3,resnet18:1}" \
     --configs "${CONFIGS:-3}" --out "$R/nvrtc_headers.json" "$@"
   ;;
+builds)
+  # What a candidate build is made of on this machine (benchmarks/profile_builds.py,
+  # 2026-11-26): tvm.compile with NVRTC inside it, packing and the export's link, one
+  # after another here, then one batch on the warm pool, its wall time against its
+  # workers' busy seconds. On the CPU machine a build of this conv was 0.10 s compile and
+  # 0.05 s export beside nvcc's fatbin, the pool's wall within 1% of its busy time; the
+  # H100's 2.4 worker-seconds a build are what this splits (about 60 s).
+  step builds "${LIMIT:-240}" $py benchmarks/profile_builds.py --layer "${LAYER:-resnet18:4}" --target cuda \
+    --builds "${BUILDS:-160}" --out "$R/builds.json" "$@"
+  ;;
 zoo)
   # The zoo models added on 2026-11-25, none of which has run on a GPU: tune, export, and
   # run the export against ONNX's reference.
@@ -288,6 +300,6 @@ plan)
   item 3 --targets resnet18:0,resnet18:1,resnet18:3 --exclude resnet18:4,resnet18:7,mobilenetv2:5 \
     --tuners "xgb,tl_xgb,tl_xgb:plausible_priors=1,ga:pop_size=16,gga:pop_size=16,gga:pop_size=16;plausible_priors=1"
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | zoo | plan)"; exit 2 ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | zoo | plan)"; exit 2 ;;
 esac
 pack
