@@ -84,7 +84,7 @@ def tune(
     from autotune.progress import make_reporter
     from autotune.report import run_dir
     from autotune.tracking import Tracker, finish_with_report
-    from autotune.tune import TuneSession, ensure_measurable
+    from autotune.tune import TuneSession, ensure_measurable, load_layers
     from history import open_history
 
     opts = tune_options(**options)
@@ -102,13 +102,15 @@ def tune(
         from autotune.compile import check_output_path
 
         check_output_path(out)
-    # MLflow first: a store it refuses must not leave a new, empty history behind
+    # The model, then MLflow, then history: a model that will not load, or a store MLflow
+    # refuses, must not leave a new, empty history (or a failed MLflow run) behind
+    loaded = load_layers(str(model), input_shapes=shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)
     tracker = Tracker.create(mlflow, mlflow_uri)
     store = open_history(history)
     session = TuneSession(spec, store, opts, tracker=tracker, reporter=make_reporter(progress))
     try:
         with tracker:
-            report = session.tune_model(str(model), input_shapes=shapes, size=size, batch_size=batch_size)
+            report = session.tune_model(loaded)
             report_dir = Path(out_dir) if out_dir is not None else run_dir(session.run_id)
             report["mlflow_run_id"] = tracker.run_id
             report["report_dir"] = str(report_dir)

@@ -13,7 +13,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.budget import BUDGET_SPLITS, LayerProgress, estimate_seconds, make_schedule, roofline_seconds
 from autotune.errors import AutotuneError, OptionError, check_choice, check_count, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
@@ -22,6 +22,10 @@ from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
 from autotune.processes import pid_alive
 from autotune.target import TargetSpec, float_lanes
+
+if TYPE_CHECKING:
+    from autotune.decompose import Layer
+    from autotune.frontend import ModelSpec
 
 #: How many of the best candidates to try verifying before giving up on a layer.
 VERIFY_CANDIDATES = 3
@@ -103,6 +107,32 @@ def ensure_measurable(target: TargetSpec, rpc: str | None) -> None:
         )
 
 
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model read, fused and cut into layers.
+
+    Loading comes apart from tuning so a caller can load first: a model that will not
+    load then stops the run before history or MLflow is opened, and leaves neither behind.
+    """
+
+    spec: ModelSpec
+    mod: Any  # tvm.IRModule, fused
+    layers: list[Layer]
+    batch_norm: str
+
+
+def load_layers(
+    model: str, *, input_shapes=None, size: int | None = None, batch_size: int = 1, batch_norm: str = DEFAULT_BATCH_NORM
+) -> LoadedModel:
+    """Read ``model`` (a zoo name or an ONNX path), fuse it and cut it into layers."""
+    from autotune import decompose, frontend
+
+    spec, mod = frontend.load_and_fuse(
+        model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
+    )
+    return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=batch_size), batch_norm)
+
+
 class TuneSession:
     """One ``autotune tune`` run: owns the measurer, history, tracker and reporter."""
 
@@ -139,19 +169,26 @@ class TuneSession:
             self._measurer = None
 
     # --- one model ---------------------------------------------------------------------
-    def tune_model(self, model: str, *, input_shapes=None, size: int | None = None, batch_size: int = 1) -> dict[str, Any]:
+    def tune_model(
+        self, model: str | LoadedModel, *, input_shapes=None, size: int | None = None, batch_size: int = 1
+    ) -> dict[str, Any]:
+        """Tune ``model``: a zoo name or ONNX path, or a :func:`load_layers` result (then the
+        keywords are the ones it was loaded with, and are not read again)."""
         import tvm
 
-        from autotune import decompose, frontend, roofline
+        from autotune import roofline
 
         opts = self.options
         ensure_measurable(self.target, opts.measure.rpc)
         keep_interrupts_through_tvm()  # Ctrl-C from here on stops the tune, wherever TVM is
         self._interrupts = interrupt_mark()
-        spec, mod = frontend.load_and_fuse(
-            model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm
-        )
-        layers = decompose.decompose(mod, batch_size=batch_size)
+        if not isinstance(model, LoadedModel):
+            model = load_layers(model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)
+        elif model.batch_norm != opts.batch_norm:
+            raise OptionError(
+                f"the model was loaded with {{batch_norm}} {model.batch_norm}, the tune asks for {opts.batch_norm}", "batch_norm"
+            )
+        spec, mod, layers = model.spec, model.mod, model.layers
         self._inputs = spec.inputs_description()
         self.store.register_target(self.target.history_info())
         for layer in layers:

@@ -229,6 +229,17 @@ def test_run_refuses_a_negative_tolerance(capsys, env, tmp_path, flag):
     _user_error(capsys, ["run", str(tmp_path / "model.so"), flag, "-0.001"], contains=(f"{flag} must be 0 or more",))
 
 
+@pytest.mark.parametrize("model", ["notes.onnx", "nosuchmodel"])
+def test_tune_of_a_model_that_will_not_load_leaves_nothing(capsys, env, model):
+    """The model is read before history or MLflow is opened: a typo'd or broken model
+    left a new, empty history (and a failed MLflow run) behind."""
+    (env / "notes.onnx").write_text("not a model")
+    before = _listing(env)
+    argv = ["tune", model, "--target", "llvm", "--quiet", "--history", "new.db", "--mlflow-uri", str(env / "mlruns")]
+    _user_error(capsys, argv, contains=(model,))
+    assert _listing(env) == before
+
+
 def test_tune_cuda_without_gpu(capsys, env):
     from autotune.target import gpu_present
 
