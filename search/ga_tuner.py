@@ -117,8 +117,8 @@ from deap import base, creator, tools
 
 from search.cost_model import CostModel
 from search.features import encoder_for
-from search.repair import runnable_mapping
-from search.similarity import SIMILARITY_FLOOR, filter_priors, only_runnable, runnable_priors
+from search.repair import judge_mapped_priors
+from search.similarity import SIMILARITY_FLOOR, filter_priors, only_runnable
 from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
 from search.warm_start import HistoryRanker, history_seed_order
@@ -439,9 +439,12 @@ class GuidedGATuner(GATuner):
         self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
         self._prior_group, self._prior_workloads, self._prior_perf = prior_groups(self.priors)
         self._prior_par = np.array([self.encoder.parallelism_log2(r.config) for r in self.priors])
-        self._prior_fits = runnable_priors(space, self._prior_mapped) if self.plausible_priors else None
-        if self.repair_history:  # judged above as mapped, moved from here on
-            self._prior_mapped = runnable_mapping(space, self._prior_mapped)
+        # knob by knob, unmoved: what the contradiction check pairs with this layer's own
+        # results (a moved config's latency here says nothing of its source's original)
+        self._prior_as_mapped = self._prior_mapped
+        self._prior_fits, self._prior_mapped = judge_mapped_priors(
+            space, self._prior_mapped, plausible=self.plausible_priors, repair=self.repair_history
+        )
         self._rankers = SourceRankers(
             lambda: self.encoder.encode_configs([r.config for r in self.priors]),  # featurized on first use
             self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed,
@@ -515,7 +518,7 @@ class GuidedGATuner(GATuner):
             self.similarity_threshold,
             measured=measured,
             space=self.space,
-            mapped=self._prior_mapped,
+            mapped=self._prior_as_mapped,
             return_indices=True,
         )
         idx, weights = only_runnable(self._prior_fits, idx, kept.weights)

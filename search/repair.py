@@ -13,8 +13,8 @@ This finishes that mapping where the knob-by-knob one falls short. A mapped conf
 layer cannot run, as far as :meth:`KnobSpace.fits_device_rows` can tell without TVM
 work, goes to the one-knob move from it that the layer can run and that lies nearest in
 the encoder's feature space (knob values and derived quantities: threads, work per
-thread, footprints). Ties go to the first move in knob order. A config with no such
-move is left as it was. On LLVM no config overruns anything, so nothing moves.
+thread, footprints), or where no one-knob move fits, the nearest such two-knob move.
+Ties go to the first move in knob order. A config with no such move is left as it was. On LLVM no config overruns anything, so nothing moves.
 
 It is an option of both guided tuners (``repair_history``, off by default): which of
 these moved configs run fast has yet to be measured. With ``plausible_priors`` as well,
@@ -24,16 +24,24 @@ the records whose configs would move are left out altogether, so nothing moves.
 from __future__ import annotations
 
 import weakref
+from itertools import combinations, product
 from typing import Hashable, Sequence
 
 import numpy as np
 
 from search.features import encoder_for
+from search.similarity import runnable_priors
 from templates.space import KnobSpace
 
-__all__ = ["nearest_runnable", "runnable_mapping"]
+__all__ = ["nearest_runnable", "runnable_mapping", "judge_mapped_priors"]
 
 Key = tuple[int, ...]
+
+#: The most knobs a move may change. Fewer come first: a two-knob move only where no
+#: one-knob move fits. Of the 32 configs the H100's history offered first, 4 on conv2d3,
+#: 2 on conv2d4 and 6 on conv2d7 had no one-knob move that fits (on conv2d7, blocks of 16
+#: threads, below a warp, whose every one-knob move overran another limit).
+MAX_MOVED_KNOBS = 2
 
 #: Per space, each key judged so far and where it goes (itself, a move, or None).
 _MOVED: "weakref.WeakKeyDictionary[KnobSpace, dict[Key, Key | None]]" = weakref.WeakKeyDictionary()
@@ -63,18 +71,27 @@ def nearest_runnable(space: KnobSpace, keys: Sequence[Key]) -> dict[Key, Key | N
 
 
 def _nearest_move(space: KnobSpace, encoder, sizes: Sequence[int], key: Key) -> Key | None:
-    moves = np.array(
-        [key[:i] + (v,) + key[i + 1 :] for i, size in enumerate(sizes) for v in range(size) if v != key[i]],
-        dtype=np.int64,
-    )
-    if not len(moves):
-        return None
-    moves = moves[space.fits_device_rows(moves)]
-    if not len(moves):
-        return None
-    here = encoder.encode_indices(np.array([key], dtype=np.int64))[0]
-    distance = np.nansum((encoder.encode_indices(moves) - here) ** 2, axis=1)
-    return tuple(int(v) for v in moves[int(np.argmin(distance))])  # argmin: the first of equals
+    for knobs in range(1, MAX_MOVED_KNOBS + 1):
+        moves = _moves(sizes, key, knobs)
+        if len(moves):
+            moves = moves[space.fits_device_rows(moves)]
+        if len(moves):
+            here = encoder.encode_indices(np.array([key], dtype=np.int64))[0]
+            distance = np.nansum((encoder.encode_indices(moves) - here) ** 2, axis=1)
+            return tuple(int(v) for v in moves[int(np.argmin(distance))])  # argmin: the first of equals
+    return None
+
+
+def _moves(sizes: Sequence[int], key: Key, knobs: int) -> np.ndarray:
+    """Every key that differs from ``key`` in exactly ``knobs`` knobs, in knob order."""
+    rows = []
+    for which in combinations(range(len(sizes)), knobs):
+        for values in product(*[[v for v in range(sizes[i]) if v != key[i]] for i in which]):
+            row = list(key)
+            for i, v in zip(which, values):
+                row[i] = v
+            rows.append(row)
+    return np.array(rows, dtype=np.int64).reshape(len(rows), len(sizes))
 
 
 def runnable_mapping(space: KnobSpace, mapped: Sequence[Hashable | None]) -> list[Key | None]:
@@ -91,3 +108,15 @@ def runnable_mapping(space: KnobSpace, mapped: Sequence[Hashable | None]) -> lis
             key = tuple(int(v) for v in m)
             out.append(moved[key] or key)
     return out
+
+
+def judge_mapped_priors(
+    space: KnobSpace, mapped: Sequence[Hashable | None], *, plausible: bool, repair: bool
+) -> tuple[np.ndarray | None, list]:
+    """What both guided tuners do to history's mapped configs before using them, in this
+    order: with ``plausible``, mark the ones the layer cannot run (:func:`runnable_priors`,
+    judged as mapped, so a repaired record is still left out); with ``repair``, move those
+    to the nearest the layer can run (:func:`runnable_mapping`). Returns the marks (None
+    without ``plausible``) and the mapping to use."""
+    fits = runnable_priors(space, mapped) if plausible else None
+    return fits, (runnable_mapping(space, mapped) if repair else list(mapped))

@@ -56,8 +56,8 @@ import numpy as np
 
 from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 from search.features import FeatureEncoder, encoder_for
-from search.repair import runnable_mapping
-from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, only_runnable, runnable_priors
+from search.repair import judge_mapped_priors
+from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, only_runnable
 from search.source_weights import OWN, SourceRankers
 from search.tuner import PriorRecord, Tuner, prior_groups
 from search.warm_start import history_seed_order, ranked_history_keys
@@ -175,9 +175,12 @@ class XGBTuner(Tuner):
         # ``plausible_priors``: on the H100 every one of ResNet-18's first conv's warm-start
         # configs (from 3x3 layers) was rejected, while a model trained on them steered
         # the search (2026-11-26)
-        self._prior_fits = runnable_priors(self.space, self._prior_mapped) if self.plausible_priors else None
-        if self.repair_history:  # judged above as mapped, moved from here on
-            self._prior_mapped = runnable_mapping(self.space, self._prior_mapped)
+        # knob by knob, unmoved: what the contradiction check pairs with this layer's own
+        # results (a moved config's latency here says nothing of its source's original)
+        self._prior_as_mapped = self._prior_mapped
+        self._prior_fits, self._prior_mapped = judge_mapped_priors(
+            self.space, self._prior_mapped, plausible=self.plausible_priors, repair=self.repair_history
+        )
 
     def _filtered_priors(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of usable priors, their similarity weights), re-judged on each fit."""
@@ -191,7 +194,7 @@ class XGBTuner(Tuner):
             self.similarity_threshold,
             measured=self.state.results,
             space=self.space,
-            mapped=self._prior_mapped,
+            mapped=self._prior_as_mapped,
             return_indices=True,
         )
         return only_runnable(self._prior_fits, idx, kept.weights)
@@ -350,7 +353,7 @@ class XGBTuner(Tuner):
             if self.uses_priors and self.priors and self.history_list > 0:
                 kept, idx = filter_priors(
                     self.priors, self.layer_features, None, self.similarity_threshold,
-                    space=self.space, mapped=self._prior_mapped, return_indices=True,
+                    space=self.space, mapped=self._prior_as_mapped, return_indices=True,
                 )
                 idx, weights = only_runnable(self._prior_fits, idx, kept.weights)
                 self._history_keys = ranked_history_keys(

@@ -558,6 +558,77 @@ def test_history_configs_the_layer_cannot_run_move_to_the_nearest_it_can(resnet_
         assert not offered[False].all() and offered[True].all(), (name, offered)
 
 
+def test_a_moved_config_is_not_held_against_its_source(resnet_layers, cuda_target):
+    """With ``repair_history``, the contradiction check still pairs this layer's results
+    with the source's configs as mapped, not as moved: a moved config's latency here
+    says nothing of its source's original. Results on the moved configs that rank
+    exactly against the source's drop the source when paired with the moves (as the
+    check did before), and keep it now."""
+    from search import make_tuner
+    from search.repair import nearest_runnable
+    from search.similarity import filter_priors
+    from search.tuner import PriorRecord, TrialResult
+
+    layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
+    unbounded = MetaScheduleSpace(layer.func, _cuda_target_with(max_shared_memory_per_block=1 << 30), name=layer.name)
+    space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
+    rng = np.random.default_rng(11)
+    configs = [unbounded.random_config(rng) for _ in range(40)]
+    rows = [tuple(space.to_indices(c)) for c in configs]
+    moved = nearest_runnable(space, rows)
+    unfit = [i for i, r in enumerate(rows) if moved[r] != r and moved[r] is not None][:6]
+    assert len({moved[rows[i]] for i in unfit}) == 6 and not {moved[rows[i]] for i in unfit} & set(rows)
+    priors = [PriorRecord(configs[i], 1e-5 * (1 + k), 0.9, layer.features(), "source") for k, i in enumerate(unfit)]
+    # here, the moves of the source's fastest run slowest
+    results = [TrialResult(space.from_indices(moved[rows[i]]), 1e-5 * (10 - k)) for k, i in enumerate(unfit)]
+    as_moved, _ = filter_priors(priors, layer.features(), measured=results, space=space,
+                                mapped=[moved[rows[i]] for i in unfit], return_indices=True)
+    assert len(as_moved.records) == 0
+    xgb = make_tuner("tl_xgb", space, seed=0, priors=priors, layer_features=layer.features(), repair_history=True)
+    xgb.tell(results)
+    ga = make_tuner("gga", space, seed=0, priors=priors, layer_features=layer.features(), repair_history=True)
+    for kept, _ in (xgb._filtered_priors(), ga._kept_priors(results)):
+        assert list(kept) == list(range(len(priors)))
+
+
+def test_a_config_no_one_knob_move_fixes_moves_two(resnet_layers, cuda_target):
+    """Where no one-knob move from a mapped config fits (on the H100, conv2d7's blocks of
+    16 threads), it goes to the nearest two-knob move that does, checked against every
+    two-knob move; one that fits or has a one-knob fix moves as before."""
+    from itertools import combinations, product
+
+    from search.features import encoder_for
+    from search.repair import nearest_runnable
+
+    layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
+    space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
+    sizes = [len(k) for k in space.knobs]
+    rng = np.random.default_rng(0)
+    rows = [tuple(int(v) for v in r) for r in rng.integers(0, sizes, size=(400, len(sizes)))]
+
+    def moves(row, knobs):
+        out = []
+        for which in combinations(range(len(sizes)), knobs):
+            for values in product(*[[v for v in range(sizes[i]) if v != row[i]] for i in which]):
+                new = list(row)
+                for i, v in zip(which, values):
+                    new[i] = v
+                out.append(tuple(new))
+        return [m for m, ok in zip(out, space.fits_device_rows(out)) if ok]
+
+    stuck = [r for r in rows if not space.fits_device_rows([r]).any() and not moves(r, 1)][:2]
+    assert stuck, "no config without a one-knob fix among 400 drawn: draw more"
+    moved = nearest_runnable(space, stuck)
+    encoder = encoder_for(space)
+    for row in stuck:
+        new = moved[row]
+        assert new is not None and space.fits_device_rows([new]).all()
+        assert sum(a != b for a, b in zip(row, new)) == 2
+        here = encoder.encode_indices(np.array([row]))[0]
+        dist = np.nansum((encoder.encode_indices(np.array(moves(row, 2))) - here) ** 2, axis=1)
+        assert np.nansum((encoder.encode_indices(np.array([new]))[0] - here) ** 2) == dist.min()
+
+
 def test_nothing_moves_where_nothing_overruns(llvm_space):
     """On LLVM no config overruns a device limit: the mapping stays as it is."""
     from search.repair import runnable_mapping
