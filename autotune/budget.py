@@ -15,12 +15,13 @@ Two schedules behind one interface (:class:`Schedule`):
   the fraction a chunk is expected to take off it, over the chunk's trials. The
   fractions are calibrated on this run: a first chunk is expected to do what first
   chunks did to the defaults of this run's layers of the op class (a 10-50x drop on a
-  CPU); a later chunk what the layer's own last chunk did, averaged with what later
-  chunks did run-wide (a few percent). So every layer worth it gets a first chunk
-  before trials go deeper (which layers, if the budget cannot reach all, decided heaviest
-  measured first; the order they are tuned in the model's, so each finds the layer
-  before it, often its like, just tuned); and a deeper chunk goes where
-  measured time and recent gains are largest. A layer history covers closely (a
+  CPU); a later chunk what the layer's own last three later chunks did, averaged with
+  what later chunks did run-wide (a few percent; each layer's mean counted once) as
+  one more. So every layer worth it gets a first chunk before trials go deeper
+  (which layers, if the budget cannot reach all, decided heaviest measured first; the
+  order they are tuned in the model's, so each finds the layer before it, often its
+  like, just tuned); and a deeper chunk goes where measured time and recent gains are
+  largest. A layer history covers closely (a
   match at the guided GA's threshold, often the twin of a layer just tuned) gets a
   first chunk of one trial, a *probe*, while the budget cannot give every layer a
   first chunk: its tuner's first proposal is history's winner mapped onto it, so one
@@ -48,6 +49,12 @@ BUDGET_SPLITS: tuple[str, ...] = ("adaptive", "roofline")
 FIRST_CHUNK_GAIN = 0.75
 LATER_CHUNK_GAIN = 0.1
 PRIOR_WEIGHT = 2.0
+#: How many of a layer's own latest later chunks its next one is expected from, beside
+#: the run-wide figure (counted as one more). With its last chunk alone against that
+#: figure, a heavy layer that had stopped gaining kept half the run-wide expectation:
+#: ConvNeXt-Tiny's 512-trial tune gave 384 trials to one matmul whose last 368 took
+#: 3.00 ms to 2.89 ms, and 4 to most other layers.
+OWN_CHUNKS = 3
 
 
 def split_budget(weights: list[float], budget: int, min_trials: int) -> list[int]:
@@ -134,12 +141,11 @@ class LayerProgress:
             gains.append(max(0.0, 1.0 - after / before) if before and after is not None else None)
         return gains
 
-    def last_gain(self) -> float | None:
-        """The fraction of its time the layer's last chunk took off, if it had one after
-        its first (the first one's drop from the default schedule says nothing of later
+    def recent_gains(self, count: int) -> list[float]:
+        """The fractions of its time the layer's last ``count`` chunks after its first
+        took off (the first one's drop from the default schedule says nothing of later
         chunks: on a CPU it is 10-50x)."""
-        gains = self.chunk_gains()
-        return gains[-1] if len(gains) >= 2 else None
+        return [g for g in self.chunk_gains()[1:] if g is not None][-count:]
 
 
 class Schedule(Protocol):
@@ -241,22 +247,22 @@ class AdaptiveSchedule:
     def _calibration(layers: dict[str, LayerProgress]) -> "_Calibration":
         """What chunks did in this run so far: the fraction of its default time a first
         chunk took off (per op class, and over all), the same for probes, the fraction of
-        its time a later chunk took off (over all), and what the trials after the first
-        of a full first chunk took off (what the rest of a probed layer's first chunk is
-        expected to do), each blended with a prior worth a few observations (a probe's
-        prior: what first chunks did; the rest's: what later chunks do)."""
+        its time a later chunk took off (over all, each layer's mean counted once: a layer
+        given many chunks must not make the figure its own), and what the trials after
+        the first of a full first chunk took off (what the rest of a probed layer's first
+        chunk is expected to do), each blended with a prior worth a few observations (a
+        probe's prior: what first chunks did; the rest's: what later chunks do)."""
         first: dict[str, list[float]] = {}
         probes: list[float] = []
-        later: list[float] = []
+        later: list[float] = []  # per layer, the mean of its later chunks' gains
         rest: list[float] = []
         for p in layers.values():
-            for k, gain in enumerate(p.chunk_gains()):
-                if gain is None:
-                    continue
-                if k:
-                    later.append(gain)
-                else:
-                    (probes if p.probed else first.setdefault(p.op_class, [])).append(gain)
+            gains = p.chunk_gains()
+            if gains and gains[0] is not None:
+                (probes if p.probed else first.setdefault(p.op_class, [])).append(gains[0])
+            deeper = [g for g in gains[1:] if g is not None]
+            if deeper:
+                later.append(sum(deeper) / len(deeper))
             if not p.probed and p.chunks() and p.chunks()[0][1] > 1:  # a full first chunk
                 one, end = p.curve[0], p.curve[p.chunks()[0][1] - 1]
                 if one and end is not None:
@@ -283,8 +289,9 @@ class AdaptiveSchedule:
         elif self.completes_probe(layer):
             fraction = rest
         else:
-            own = layer.last_gain()
-            fraction = later if own is None else (own + later) / 2
+            # the run-wide figure counts as one chunk beside the layer's own recent ones
+            own = layer.recent_gains(OWN_CHUNKS)
+            fraction = (later + sum(own)) / (1 + len(own))
         return layer.occurrences * layer.latency() * fraction / n
 
     def next_chunk(self, layers: dict[str, LayerProgress]) -> tuple[str, int] | None:

@@ -104,6 +104,28 @@ def test_the_first_drop_from_the_default_does_not_pull_the_budget_back():
     assert AdaptiveSchedule(list(layers.values()), 8, min_trials=4, batch=8).next_chunk(layers) == ("small", 4)
 
 
+def test_a_heavy_layer_that_stopped_gaining_does_not_keep_the_budget():
+    """ConvNeXt-Tiny's case: one matmul of nine calls stops gaining after a dozen trials,
+    the others go on gaining a little per trial. Its own recent chunks, not its last one
+    alone, say what its next is worth, and its many chunks count once run-wide: with its
+    last chunk alone beside a run-wide figure made of its own plateau, it took 88 of
+    these 160 trials and two other layers went deeper than a first chunk."""
+    import math
+
+    def curve(p: LayerProgress, trial: int) -> float:
+        if p.name == "heavy":  # 50x at once, a little more over a dozen trials, then flat
+            return p.default_s / 50 * (1 + 0.2 * math.exp(-trial / 6))
+        return p.default_s / 40 / (1 + 0.03 * trial)
+
+    layers = {"heavy": _layer("heavy", default=275e-3, calls=9)}
+    for i, default in enumerate([300e-3, 400e-3, 100e-3, 250e-3, 400e-3, 60e-3]):
+        layers[f"l{i}"] = _layer(f"l{i}", default=default, calls=3)
+    _run(AdaptiveSchedule(list(layers.values()), 160, min_trials=4, batch=8), layers, curve)
+    assert sum(p.trials for p in layers.values()) == 160
+    assert layers["heavy"].trials < 80
+    assert sum(p.trials > 4 for n, p in layers.items() if n != "heavy") >= 3
+
+
 def test_an_exhausted_layer_passes_its_trials_on_and_is_not_asked_again():
     layers = {"tiny": _layer("tiny", default=50e-3), "other": _layer("other", default=1e-3)}
     given = _run(AdaptiveSchedule(list(layers.values()), 30, min_trials=4, batch=8), layers, _halving, space={"tiny": 6})
