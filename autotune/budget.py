@@ -52,8 +52,10 @@ PRIOR_WEIGHT = 2.0
 #: How many of a layer's own latest later chunks its next one is expected from, beside
 #: the run-wide figure (counted as one more). With its last chunk alone against that
 #: figure, a heavy layer that had stopped gaining kept half the run-wide expectation:
-#: ConvNeXt-Tiny's 512-trial tune gave 384 trials to one matmul whose last 368 took
-#: 3.00 ms to 2.89 ms, and 4 to most other layers.
+#: one ConvNeXt-Tiny tune of 512 trials gave 384 to a matmul whose last 368 took 3.00 ms
+#: to 2.89 ms, and 4 to most other layers. Over six seeds it now gets 192 to 264 trials
+#: instead of 240 to 372; the tuned model's time was no different beyond noise
+#: (README, "Models exported by PyTorch").
 OWN_CHUNKS = 3
 
 

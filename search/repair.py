@@ -14,7 +14,8 @@ layer cannot run, as far as :meth:`KnobSpace.fits_device_rows` can tell without 
 work, goes to the one-knob move from it that the layer can run and that lies nearest in
 the encoder's feature space (knob values and derived quantities: threads, work per
 thread, footprints), or where no one-knob move fits, the nearest such two-knob move.
-Ties go to the first move in knob order. A config with no such move is left as it was. On LLVM no config overruns anything, so nothing moves.
+Ties go to the first move in knob order. A config with no such move is left as it was.
+On LLVM no config overruns anything, so nothing moves.
 
 It is an option of both guided tuners (``repair_history``, off by default): which of
 these moved configs run fast has yet to be measured. With ``plausible_priors`` as well,
@@ -24,7 +25,7 @@ the records whose configs would move are left out altogether, so nothing moves.
 from __future__ import annotations
 
 import weakref
-from itertools import combinations, product
+from itertools import combinations
 from typing import Hashable, Sequence
 
 import numpy as np
@@ -42,6 +43,7 @@ Key = tuple[int, ...]
 #: 2 on conv2d4 and 6 on conv2d7 had no one-knob move that fits (on conv2d7, blocks of 16
 #: threads, below a warp, whose every one-knob move overran another limit).
 MAX_MOVED_KNOBS = 2
+_JUDGED_AT_ONCE = 256
 
 #: Per space, each key judged so far and where it goes (itself, a move, or None).
 _MOVED: "weakref.WeakKeyDictionary[KnobSpace, dict[Key, Key | None]]" = weakref.WeakKeyDictionary()
@@ -55,8 +57,8 @@ def _memo(space: KnobSpace) -> dict[Key, Key | None]:
 
 
 def nearest_runnable(space: KnobSpace, keys: Sequence[Key]) -> dict[Key, Key | None]:
-    """For each index key: itself where the layer can run it, else the nearest one-knob
-    move that it can run, else None. Memoized per space: every seed's tuner of a layer
+    """For each index key: itself where the layer can run it, else the nearest move of
+    the fewest knobs (up to ``MAX_MOVED_KNOBS``) that it can run, else None. Memoized per space: every seed's tuner of a layer
     asks about the same history."""
     memo = _memo(space)
     plain = {tuple(int(v) for v in k) for k in keys}
@@ -71,27 +73,37 @@ def nearest_runnable(space: KnobSpace, keys: Sequence[Key]) -> dict[Key, Key | N
 
 
 def _nearest_move(space: KnobSpace, encoder, sizes: Sequence[int], key: Key) -> Key | None:
+    here = encoder.encode_indices(np.array([key], dtype=np.int64))[0]
     for knobs in range(1, MAX_MOVED_KNOBS + 1):
         moves = _moves(sizes, key, knobs)
-        if len(moves):
-            moves = moves[space.fits_device_rows(moves)]
-        if len(moves):
-            here = encoder.encode_indices(np.array([key], dtype=np.int64))[0]
-            distance = np.nansum((encoder.encode_indices(moves) - here) ** 2, axis=1)
-            return tuple(int(v) for v in moves[int(np.argmin(distance))])  # argmin: the first of equals
+        if not len(moves):
+            continue
+        distance = np.nansum((encoder.encode_indices(moves) - here) ** 2, axis=1)
+        # nearest first (stable: the first in knob order among equals), judged a slice at
+        # a time: a two-knob search has some 50,000 moves, and the space's shared-memory
+        # estimate goes config by config
+        order = np.argsort(distance, kind="stable")
+        for start in range(0, len(order), _JUDGED_AT_ONCE):
+            part = order[start : start + _JUDGED_AT_ONCE]
+            fits = space.fits_device_rows(moves[part])
+            if fits.any():
+                return tuple(int(v) for v in moves[part[int(np.argmax(fits))]])
     return None
 
 
 def _moves(sizes: Sequence[int], key: Key, knobs: int) -> np.ndarray:
     """Every key that differs from ``key`` in exactly ``knobs`` knobs, in knob order."""
-    rows = []
+    base = np.asarray(key, dtype=np.int64)
+    blocks = []
     for which in combinations(range(len(sizes)), knobs):
-        for values in product(*[[v for v in range(sizes[i]) if v != key[i]] for i in which]):
-            row = list(key)
-            for i, v in zip(which, values):
-                row[i] = v
-            rows.append(row)
-    return np.array(rows, dtype=np.int64).reshape(len(rows), len(sizes))
+        others = [np.array([v for v in range(sizes[i]) if v != key[i]], dtype=np.int64) for i in which]
+        if any(not len(o) for o in others):
+            continue
+        grid = np.stack(np.meshgrid(*others, indexing="ij"), axis=-1).reshape(-1, knobs)
+        rows = np.repeat(base[None, :], len(grid), axis=0)
+        rows[:, list(which)] = grid
+        blocks.append(rows)
+    return np.concatenate(blocks) if blocks else np.zeros((0, len(sizes)), dtype=np.int64)
 
 
 def runnable_mapping(space: KnobSpace, mapped: Sequence[Hashable | None]) -> list[Key | None]:
