@@ -512,6 +512,17 @@ def test_history_configs_are_judged_with_the_shared_memory_estimate_where_the_se
         assert seeds <= fitting if on else not seeds <= fitting
 
 
+def _configs_drawn_past_the_limits(resnet_layers, cuda_target):
+    """A conv's CUDA space (its shared memory judged by TVM's verifier alone, as the H100
+    run had it) and 40 configs drawn with the shared-memory limit lifted: some overrun."""
+    layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
+    unbounded = MetaScheduleSpace(layer.func, _cuda_target_with(max_shared_memory_per_block=1 << 30), name=layer.name)
+    space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
+    rng = np.random.default_rng(11)
+    configs = [unbounded.random_config(rng) for _ in range(40)]
+    return layer, space, configs, [tuple(space.to_indices(c)) for c in configs]
+
+
 def test_history_configs_the_layer_cannot_run_move_to_the_nearest_it_can(resnet_layers, cuda_target):
     """``repair_history``: a mapped config that overruns the layer's limits goes to the
     one-knob move from it that fits and lies nearest in feature space (checked against
@@ -522,12 +533,7 @@ def test_history_configs_the_layer_cannot_run_move_to_the_nearest_it_can(resnet_
     from search.repair import nearest_runnable, runnable_mapping
     from search.tuner import PriorRecord
 
-    layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
-    unbounded = MetaScheduleSpace(layer.func, _cuda_target_with(max_shared_memory_per_block=1 << 30), name=layer.name)
-    verifier_only = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
-    rng = np.random.default_rng(11)
-    configs = [unbounded.random_config(rng) for _ in range(40)]
-    rows = [tuple(verifier_only.to_indices(c)) for c in configs]
+    layer, verifier_only, configs, rows = _configs_drawn_past_the_limits(resnet_layers, cuda_target)
     fits = verifier_only.fits_device_rows(rows)
     assert not fits.all() and fits.any()
 
@@ -569,12 +575,7 @@ def test_a_moved_config_is_not_held_against_its_source(resnet_layers, cuda_targe
     from search.similarity import filter_priors
     from search.tuner import PriorRecord, TrialResult
 
-    layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
-    unbounded = MetaScheduleSpace(layer.func, _cuda_target_with(max_shared_memory_per_block=1 << 30), name=layer.name)
-    space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
-    rng = np.random.default_rng(11)
-    configs = [unbounded.random_config(rng) for _ in range(40)]
-    rows = [tuple(space.to_indices(c)) for c in configs]
+    layer, space, configs, rows = _configs_drawn_past_the_limits(resnet_layers, cuda_target)
     moved = nearest_runnable(space, rows)
     unfit = [i for i, r in enumerate(rows) if moved[r] != r and moved[r] is not None][:6]
     assert len({moved[rows[i]] for i in unfit}) == 6 and not {moved[rows[i]] for i in unfit} & set(rows)
