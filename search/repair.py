@@ -43,6 +43,7 @@ Key = tuple[int, ...]
 #: 2 on conv2d4 and 6 on conv2d7 had no one-knob move that fits (on conv2d7, blocks of 16
 #: threads, below a warp, whose every one-knob move overran another limit).
 MAX_MOVED_KNOBS = 2
+#: Moves judged per call of the space's check, nearest first (:func:`_nearest_move`).
 _JUDGED_AT_ONCE = 256
 
 #: Per space, each key judged so far and where it goes (itself, a move, or None).
@@ -58,8 +59,8 @@ def _memo(space: KnobSpace) -> dict[Key, Key | None]:
 
 def nearest_runnable(space: KnobSpace, keys: Sequence[Key]) -> dict[Key, Key | None]:
     """For each index key: itself where the layer can run it, else the nearest move of
-    the fewest knobs (up to ``MAX_MOVED_KNOBS``) that it can run, else None. Memoized per space: every seed's tuner of a layer
-    asks about the same history."""
+    the fewest knobs (up to ``MAX_MOVED_KNOBS``) that it can run, else None. Memoized
+    per space: every seed's tuner of a layer asks about the same history."""
     memo = _memo(space)
     plain = {tuple(int(v) for v in k) for k in keys}
     todo = sorted(plain - memo.keys())
