@@ -50,9 +50,10 @@
 # after `travel.sh slim`, .gpucarry/history_guided_cuda_history.json.gz):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
-# and, to go on from the earlier sessions' comparisons (18,789 H100 measurements: all six
+# and, to go on from the earlier sessions' comparisons (22,422 H100 measurements: all six
 # layers at 32 trials; at 100 the first conv, conv2d7 and MobileNetV2's conv2d5 with the
-# tuners of 2026-11-24, conv2d3 and conv2d1 with those of 2026-11-26; they answer first,
+# tuners of 2026-11-24, conv2d3 and conv2d1 with those of 2026-11-26, all six on the
+# deepened history with those of 2026-11-27; they answer first,
 # so only configs never measured cost device time), also
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
 # Size a call first, here, at no device cost: a --replay of the file with the same
