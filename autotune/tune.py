@@ -170,20 +170,30 @@ class TuneSession:
 
     # --- one model ---------------------------------------------------------------------
     def tune_model(
-        self, model: str | LoadedModel, *, input_shapes=None, size: int | None = None, batch_size: int = 1
+        self, model: str | LoadedModel, *, input_shapes=None, size: int | None = None, batch_size: int | None = None
     ) -> dict[str, Any]:
-        """Tune ``model``: a zoo name or ONNX path, or a :func:`load_layers` result (then the
-        keywords are the ones it was loaded with, and are not read again)."""
+        """Tune ``model``: a zoo name or ONNX path, loaded here with the keywords (batch 1
+        unless given), or a :func:`load_layers` result, whose layers are already cut: then
+        a loading keyword is refused rather than silently not applied."""
         import tvm
 
         from autotune import roofline
 
         opts = self.options
+        if isinstance(model, LoadedModel):
+            given = [name for name, value in (("input_shapes", input_shapes), ("size", size), ("batch_size", batch_size)) if value is not None]
+            if given:
+                raise OptionError(
+                    f"{{{given[0]}}} is for loading a model, and this one is loaded already: give it to load_layers", given[0]
+                )
         ensure_measurable(self.target, opts.measure.rpc)
         keep_interrupts_through_tvm()  # Ctrl-C from here on stops the tune, wherever TVM is
         self._interrupts = interrupt_mark()
         if not isinstance(model, LoadedModel):
-            model = load_layers(model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)
+            model = load_layers(
+                model, input_shapes=input_shapes, size=size, batch_size=1 if batch_size is None else batch_size,
+                batch_norm=opts.batch_norm,
+            )
         elif model.batch_norm != opts.batch_norm:
             raise OptionError(
                 f"the model was loaded with {{batch_norm}} {model.batch_norm}, the tune asks for {opts.batch_norm}", "batch_norm"

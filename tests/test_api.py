@@ -107,6 +107,25 @@ def test_layers_gives_layer_objects():
         api.layers("resnet18", size=32, batch_norm="inline")
 
 
+def test_a_loaded_model_refuses_loading_keywords(tmp_path):
+    """Its layers were cut at load time: a size or batch given to the tune would not
+    apply, so it is refused before anything is measured or written."""
+    from autotune.target import resolve_target
+    from autotune.tune import TuneSession, load_layers
+
+    loaded = load_layers(str(_small_cnn(tmp_path / "cnn.onnx")))
+    history = tmp_path / "h.db"
+    store = open_history(str(history))
+    session = TuneSession(resolve_target("llvm"), store, TuneOptions(trials=4))
+    try:
+        for keyword in ({"size": 32}, {"batch_size": 4}, {"input_shapes": {"input": (1, 3, 16, 16)}}):
+            with pytest.raises(OptionError, match=f"{next(iter(keyword))} is for loading a model"):
+                session.tune_model(loaded, **keyword)
+        assert session._measurer is None and not store.runs()
+    finally:
+        session.close()
+
+
 def test_tune_compile_run_through_the_api(tmp_path):
     """A real tune on LLVM, as a Python user writes it; what comes back is what the CLI
     prints with --json, plus where the report went."""
