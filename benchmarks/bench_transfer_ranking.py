@@ -67,16 +67,16 @@ def rank_one(tuner, configs: list[str], latencies: np.ndarray) -> dict:
     """Fit as at trial 0 and rank the measured configs the tuner's encoder can map."""
     from scipy.stats import spearmanr
 
-    tuner._fit()
-    rows = [tuner.encoder.map_indices(json.loads(c)) for c in configs]
-    at = [i for i, r in enumerate(rows) if r is not None]
+    tuner.fit_now()
+    scored = tuner.scores([json.loads(c) for c in configs])
+    if scored is None:  # every record left out: no model, no order
+        ranked = sum(tuner.encoder.map_indices(json.loads(c)) is not None for c in configs)
+        return {"kept": tuner.priors_kept, "ranked": ranked, "spearman": None, "best_of_top_us": {}}
+    at, scores = scored
     lat = latencies[at]
-    scores = tuner._score(np.array([rows[i] for i in at], dtype=np.int64)) if tuner._has_scorer else None
-    if scores is None:  # every record left out: no model, no order
-        return {"kept": int(tuner._n_prior_kept), "ranked": len(at), "spearman": None, "best_of_top_us": {}}
     order = np.argsort(-scores)
     return {
-        "kept": int(tuner._n_prior_kept),
+        "kept": tuner.priors_kept,
         "ranked": len(at),
         "spearman": round(float(spearmanr(scores, -lat).statistic), 3),
         "best_of_top_us": {str(k): round(float(lat[order[:k]].min()) * 1e6, 2) for k in TOPS},
@@ -86,8 +86,7 @@ def rank_one(tuner, configs: list[str], latencies: np.ndarray) -> dict:
 def rejected_first(tuner, space) -> dict:
     """How many of history's first configs, as the tuner takes them (its warm start and
     its ranked list, distinct), the layer's space rejects."""
-    keys = dict.fromkeys([*tuner._prior_seeds[:FIRST_FROM_HISTORY], *tuner._ranked_history()[:FIRST_FROM_HISTORY]])
-    configs = [space.from_indices(k) for k in keys]
+    configs = tuner.first_from_history(FIRST_FROM_HISTORY)
     return {"taken": len(configs), "rejected": sum(not space.applies(c) for c in configs)}
 
 

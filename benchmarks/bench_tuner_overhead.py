@@ -130,8 +130,8 @@ def bench(name: str, n_priors: int, batch: int, rounds: int, seed: int = 0) -> d
         "propose_s_max": round(float(np.max(times)), 3),
         "per_config_s": round(mean / batch, 4),
     }
-    if hasattr(tuner, "_n_prior_kept"):
-        out["train_rows"] = int(tuner._n_prior_kept + len(tuner.state.results))
+    if hasattr(tuner, "priors_kept"):
+        out["train_rows"] = tuner.priors_kept + len(tuner.state.results)
     return out
 
 

@@ -36,14 +36,14 @@ def traced_fits(log: list[dict]) -> Iterator[None]:
 
     def _fit(self) -> bool:
         fitted = fit(self)
-        own_idx, own_y = self._own_rows()
-        ran = own_y > 0
-        if self.prior_model is not None and self._prior_fit_key is not None and ran.sum() >= 4:
-            scores = self.prior_model.predict(self.encoder.encode_indices(own_idx[ran], self.layer_features))
-            rho = spearmanr(scores, own_y[ran]).statistic
-            log.append({"layer": getattr(self.space, "name", ""), "seed": self._seed, "asked": len(own_y),
-                        "ran": int(ran.sum()), "spearman": None if rho != rho else round(float(rho), 3),
-                        "priors_kept": int(self._n_prior_kept)})
+        ran = [r for r in self.state.results if r.ok and r.latency > 0]
+        scored = self.history_scores([r.config for r in ran]) if len(ran) >= 4 else None
+        if scored is not None and len(scored[0]) >= 4:
+            at, scores = scored
+            rho = spearmanr(scores, [-ran[i].latency for i in at]).statistic
+            log.append({"layer": getattr(self.space, "name", ""), "seed": self.seed, "asked": len(self.state.results),
+                        "ran": len(at), "spearman": None if rho != rho else round(float(rho), 3),
+                        "priors_kept": self.priors_kept})
         return fitted
 
     TransferXGBTuner._fit = _fit

@@ -141,6 +141,7 @@ class Tuner(ABC):
         layer_features: Sequence[float] = (),
     ) -> None:
         self.space = space
+        self.seed = int(seed)  # the run's seed, as given (rng's state moves on)
         self.rng = np.random.default_rng(seed)
         self.priors = list(priors)
         self.layer_features = list(layer_features)

@@ -372,6 +372,48 @@ class XGBTuner(Tuner):
         order = self.rng.permutation(len(moves))
         return [moves[i] for i in order]
 
+    # --- inspection -----------------------------------------------------------------------
+    # For offline analyses of what history teaches the model (benchmarks/bench_transfer_ranking.py,
+    # benchmarks/trace_prior_rank.py), so they need none of the tuner's internals.
+    def fit_now(self) -> bool:
+        """Fit the model on what the tuner knows now (history and the layer's results so
+        far), as its next proposal would; False while there is nothing to learn from."""
+        return self._fit()
+
+    @property
+    def priors_kept(self) -> int:
+        """History's records the last fit trained on, after the similarity filter, the
+        sources' credibility and the row cap."""
+        return int(self._n_prior_kept)
+
+    def scores(self, configs: Sequence[Config]) -> tuple[list[int], np.ndarray] | None:
+        """The fitted model's score of each of ``configs`` this space can map (higher:
+        predicted faster), as (their positions in ``configs``, scores); None while there
+        is no model."""
+        return self._scored(configs, self._score if self._has_scorer else None)
+
+    def history_scores(self, configs: Sequence[Config]) -> tuple[list[int], np.ndarray] | None:
+        """As :meth:`scores`, by the model of history alone (margin transfer, with a
+        prior kept), which the layer's own results only correct."""
+        if self.prior_model is None or self._prior_fit_key is None:
+            return None
+        return self._scored(configs, lambda idx: self.prior_model.predict(self.encoder.encode_indices(idx, self.layer_features)))
+
+    def _scored(self, configs: Sequence[Config], score) -> tuple[list[int], np.ndarray] | None:
+        if score is None:
+            return None
+        rows = [self.encoder.map_indices(c) for c in configs]
+        at = [i for i, r in enumerate(rows) if r is not None]
+        if not at:
+            return at, np.zeros(0)
+        return at, np.asarray(score(np.array([rows[i] for i in at], dtype=np.int64)))
+
+    def first_from_history(self, n: int) -> list[Config]:
+        """History's first configs as the tuner takes them after its last fit: the first
+        ``n`` of its warm start, then the first ``n`` of its ranked list, distinct."""
+        keys = dict.fromkeys([*self._prior_seeds[:n], *self._ranked_history()[:n]])
+        return [self.space.from_indices(k) for k in keys]
+
     # --- search ---------------------------------------------------------------------------
     def _score(self, idx: np.ndarray) -> np.ndarray:
         X = self.encoder.encode_indices(idx, self.layer_features)

@@ -1224,3 +1224,27 @@ def test_prior_groups_number_workloads_and_normalize_within_each():
     group, names, perf = prior_groups(recs)
     assert group.tolist() == [0, 1, 0, 1, 1] and names == ["a", "b"]
     assert perf.tolist() == [0.5, 1.0, 1.0, 0.0, 0.5]
+
+
+def test_transfer_xgb_inspection_matches_what_it_proposes(target, similar_priors):
+    """The public surface offline analyses read (bench_transfer_ranking.py,
+    trace_prior_rank.py): the fitted model ranks the layer's configs as a layer like it
+    ranks them, history's own model is there under margin transfer, and history's first
+    configs are the ones the first batch opens with."""
+    from scipy.stats import spearmanr
+
+    tuner = make_tuner("tl_xgb", target, seed=0, priors=similar_priors, layer_features=target.layer_features)
+    assert tuner.scores([]) is None and tuner.history_scores([]) is None  # nothing fitted yet
+    assert tuner.fit_now() and tuner.priors_kept > 0
+    rng = np.random.default_rng(5)
+    configs = [target.random_config(rng) for _ in range(200)]
+    lat = np.array([target.latency(c) for c in configs])
+    runs = np.isfinite(lat)
+    for scored in (tuner.scores(configs), tuner.history_scores(configs)):
+        at, scores = scored
+        assert at == list(range(len(configs)))  # every config of the layer's own space maps
+        assert spearmanr(scores[runs], -lat[runs]).statistic > 0.3
+    first = tuner.first_from_history(8)
+    assert 8 <= len(first) <= 16 and len({config_to_json(c) for c in first}) == len(first)
+    opening = {config_to_json(c) for c in tuner.ask(8)}
+    assert opening & {config_to_json(c) for c in first}
