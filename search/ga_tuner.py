@@ -434,7 +434,6 @@ class GuidedGATuner(GATuner):
         self.rank_sources = rank_sources
         self.immigrant_frac = immigrant_frac
         self.min_ranked = min_ranked
-        self._seed = int(kwargs.get("seed", 0))
         self.encoder = encoder_for(space)
         self._prior_mapped = [self.encoder.map_indices(r.config) for r in self.priors]
         self._prior_group, self._prior_workloads, self._prior_perf = prior_groups(self.priors)
@@ -447,7 +446,7 @@ class GuidedGATuner(GATuner):
         )
         self._rankers = SourceRankers(
             lambda: self.encoder.encode_configs([r.config for r in self.priors]),  # featurized on first use
-            self._prior_perf, self._prior_group, self._prior_workloads, seed=self._seed,
+            self._prior_perf, self._prior_group, self._prior_workloads, seed=self.seed,
         )
         self._source_weights: dict[str, float] = {}
         # kept prior rows and their weights (similarity x credibility) at the last breeding
@@ -477,7 +476,7 @@ class GuidedGATuner(GATuner):
         the first population, which is history's, the GA breeds around them (run 46)."""
         from search.xgb_tuner import TransferXGBTuner
 
-        nxt = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
+        nxt = TransferXGBTuner(self.space, seed=self.seed, priors=self.priors, layer_features=self.layer_features,
                                local_share=self.handover_local_share, plausible_priors=self.plausible_priors,
                                repair_history=self.repair_history)
         nxt.state.seen |= self.state.seen
@@ -536,7 +535,7 @@ class GuidedGATuner(GATuner):
         keys = list(self._fit)
         row_p, by_workload = self._rankers.row_weights(
             self._prior_group[idx], sims, lambda: self.encoder.encode_indices(np.array(keys)),
-            np.array([self._fit[k] for k in keys]), self._seed, min_results=self.min_ranked,
+            np.array([self._fit[k] for k in keys]), self.seed, min_results=self.min_ranked,
         )
         self._source_weights = {k: round(v, 3) for k, v in by_workload.items()}
         return row_p
@@ -575,7 +574,7 @@ class GuidedGATuner(GATuner):
         """
         from search.xgb_tuner import TransferXGBTuner
 
-        model = TransferXGBTuner(self.space, seed=self._seed, priors=self.priors, layer_features=self.layer_features,
+        model = TransferXGBTuner(self.space, seed=self.seed, priors=self.priors, layer_features=self.layer_features,
                                  plausible_priors=self.plausible_priors, repair_history=self.repair_history)
         mapped = set(self._mapped_seed_keys(self._mapped_limit(n)))
         picks: list[Key] = []
@@ -651,7 +650,7 @@ class GuidedGATuner(GATuner):
             idx, sims = self._kept_priors(())
             self._ranker = HistoryRanker.for_rows(
                 self.priors, idx, sims, self._prior_perf, self._prior_group,
-                encoder_for(self.space, len(self.layer_features)), self.layer_features, seed=self._seed,
+                encoder_for(self.space, len(self.layer_features)), self.layer_features, seed=self.seed,
             )
         return self._ranker
 
@@ -691,7 +690,7 @@ class GuidedGATuner(GATuner):
         if int((fits > 0).sum()) >= self.min_ranked and len(np.unique(fits)) >= 2:
             ranker = self._history_ranker()
             X = ranker.features(np.array(keys, dtype=np.int64))
-            model = CostModel(seed=self._seed).fit(X, fits / fits.max(), base_margin=ranker.predict(X))
+            model = CostModel(seed=self.seed).fit(X, fits / fits.max(), base_margin=ranker.predict(X))
         self._surrogate = (len(self._fit), model)
         return model
 

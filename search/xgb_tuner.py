@@ -130,7 +130,6 @@ class XGBTuner(Tuner):
         # How far history's margin counts under margin transfer: 1 minus the share the
         # layer's own model wins against the sources (rank_own), else 1.
         self.prior_scale = 1.0
-        self._seed = int(seed)
         self.encoder: FeatureEncoder = encoder_for(space, len(self.layer_features))
         self.model = CostModel(
             n_estimators=n_estimators, max_depth=max_depth, nthread=nthread, seed=seed
@@ -216,7 +215,7 @@ class XGBTuner(Tuner):
         own_idx, own_y = self._own_rows()
         row_p, by_workload = self._rankers.row_weights(
             self._prior_group[idx], w, lambda: self.encoder.encode_indices(own_idx, self.layer_features),
-            own_y, self._seed, min_results=self.min_train, own=self.rank_own,
+            own_y, self.seed, min_results=self.min_train, own=self.rank_own,
         )
         self.source_weights = {k: round(v, 3) for k, v in by_workload.items()}
         self.prior_scale = 1.0 - by_workload.get(OWN, 0.0)
@@ -358,7 +357,7 @@ class XGBTuner(Tuner):
                 idx, weights = only_runnable(self._prior_fits, idx, kept.weights)
                 self._history_keys = ranked_history_keys(
                     self.priors, self._prior_mapped, idx, weights, self._prior_y, self._prior_group,
-                    self.encoder, self.layer_features, self.history_list, seed=self._seed,
+                    self.encoder, self.layer_features, self.history_list, seed=self.seed,
                 )
         return self._history_keys
 
