@@ -731,7 +731,7 @@ def test_tl_xgb_margin_transfer_trains_history_once_and_corrects_it(target, simi
     bench = SynthBench(target)
     tuner.tell(bench.measure(tuner.ask(16)))
     tuner.ask(16)
-    assert tuner._n_prior_kept > 0 and tuner._own_fitted
+    assert tuner.priors_kept > 0 and tuner._own_fitted
     fits = tuner.prior_model.n_fits
     tuner.ask(1)  # nothing new told: neither model retrains
     assert tuner.prior_model.n_fits == fits
@@ -969,10 +969,10 @@ def test_transfer_xgb_drops_contradicting_history(target):
     tuner = make_tuner("tl_xgb", target, seed=0, priors=inverted, layer_features=target.layer_features)
     bench = SynthBench(target)
     first = tuner.ask(8)
-    assert tuner._n_prior_kept > 0  # trusted at first...
+    assert tuner.priors_kept > 0  # trusted at first...
     tuner.tell(bench.measure(first))
     tuner.tell(bench.measure(tuner.ask(8)))
-    assert tuner._n_prior_kept == 0  # ...dropped once measurements contradict it
+    assert tuner.priors_kept == 0  # ...dropped once measurements contradict it
 
 
 # --------------------------------------------------------------------------------------
@@ -1118,7 +1118,7 @@ def test_guided_tuners_weight_sources_by_how_they_rank_own_results(target, simil
         for _ in range(5):
             off.tell(bench.measure(off.ask(8)))
         off.ask(8)
-        assert off.source_weights == {} and off._n_prior_kept == len(similar_priors) + len(other)
+        assert off.source_weights == {} and off.priors_kept == len(similar_priors) + len(other)
 
 
 def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, similar_priors):
@@ -1140,8 +1140,8 @@ def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, s
         assert set(tuner.source_weights) == {"other_hw", OWN}
         share = tuner.source_weights[OWN]
         assert tuner.prior_scale == pytest.approx(1.0 - share, abs=1e-3)
-        assert (tuner._n_prior_kept == 0) == (tuner.source_weights["other_hw"] == 0.0)
-        if tuner._n_prior_kept:  # history's margin counts by the share the sources won
+        assert (tuner.priors_kept == 0) == (tuner.source_weights["other_hw"] == 0.0)
+        if tuner.priors_kept:  # history's margin counts by the share the sources won
             X = tuner.encoder.encode_indices(np.array([tuner.encoder.map_indices(r.config) for r in tuner.state.results]),
                                              tuner.layer_features)
             assert np.allclose(tuner._prior_margin(X), tuner.prior_scale * tuner.prior_model.predict(X))
