@@ -22,6 +22,7 @@ know is an error, never a silently wrong export.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -249,16 +250,21 @@ def fatbin_packer(lib, target) -> tuple[Callable[..., str] | None, dict[str, Any
     return binaries.packer(), binaries.info
 
 
-def export_library(lib, path: str, target) -> dict[str, Any] | None:
+def export_library(lib, path: str, target, *, seconds: dict[str, float] | None = None) -> dict[str, Any] | None:
     """``lib.export_library(path)`` with :func:`fatbin_packer`'s packing; its summary.
 
     For every export that leaves this process for a GPU besides ``compile``'s (which
     reports the summary before it writes): with ``--rpc``, each candidate the runner
     uploads and each module verify or the model timing loads on the server, which then
-    needs the driver only, not TVM's NVRTC.
+    needs the driver only, not TVM's NVRTC. ``seconds``, if given, gets the seconds of
+    its two steps, ``pack`` and ``link`` (what a build is made of, :mod:`autotune.build_worker`).
     """
+    t0 = time.perf_counter()
     packer, info = fatbin_packer(lib, target)
+    t1 = time.perf_counter()
     lib.export_library(path, **({"fpack_imports": packer} if packer else {}))
+    if seconds is not None:
+        seconds.update(pack=t1 - t0, link=time.perf_counter() - t1)
     return info
 
 

@@ -13,7 +13,6 @@ status, never an exception out of the tuning loop.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import socket
@@ -25,6 +24,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from autotune import build_worker
 from autotune.target import TargetSpec
 
 #: The build pool is recycled (PopenPool leaks slowly) once it has built this many
@@ -72,101 +72,13 @@ class MeasureOptions:
         check_count(self.build_workers, "build_workers", zero_ok=True)
 
 
-def _build_worker(mod, target, export_dir: str) -> str:
-    """Runs in a warm worker: compile one scheduled module and export a shared library.
-
-    Built without a GPU (for an ``--rpc`` server), CUDA kernels go as a fatbin compiled
-    here, so the server loads them with the driver alone (``autotune.device_code``)."""
-    import tvm
-
-    from autotune.device_code import export_library
-
-    if target.kind.name == "cuda":
-        _header_cache(export_dir)
-    with target:
-        rt_mod = tvm.compile(mod, target=target)
-    fd, path = tempfile.mkstemp(suffix=".so", dir=export_dir)
-    os.close(fd)
-    export_library(rt_mod, path, target)
-    return path
-
-
 def _timed_build(mod, target, export_dir: str) -> tuple[str, float, float]:
-    """:func:`_build_worker`, the seconds it took inside the worker and those of them in
-    TVM's CUDA compile callback (NVRTC): what a batch's wall time is made of (compiling
-    device code, the rest of a build, the slowest build, or none of these)."""
-    timed = target.kind.name == "cuda" and _time_device_compiles()
-    before = _device_compile_seconds[0]
-    t0 = time.perf_counter()
-    path = _build_worker(mod, target, export_dir)
-    return path, time.perf_counter() - t0, (_device_compile_seconds[0] - before) if timed else 0.0
-
-
-#: Seconds this worker has spent in TVM's CUDA compile callback so far.
-_device_compile_seconds = [0.0]
-
-
-@functools.lru_cache(maxsize=1)
-def _time_device_compiles() -> bool:
-    """Once per worker: TVM's CUDA compile callback (``tvm.support.nvcc``, called by its
-    codegen where a CUDA driver is loaded) goes through a wrapper that adds up its
-    seconds. False where that callback is not there to wrap."""
-    try:
-        import tvm_ffi
-        from tvm.support import nvcc
-
-        compile_cuda = nvcc.tvm_callback_cuda_compile
-    except (ImportError, AttributeError):
-        return False
-
-    def timed(*args):  # TVM 0.27 passes the code alone; whatever it passes goes through
-        t0 = time.perf_counter()
-        try:
-            return compile_cuda(*args)
-        finally:
-            _device_compile_seconds[0] += time.perf_counter() - t0
-
-    try:
-        tvm_ffi.register_global_func("tvm_callback_cuda_compile", timed, override=True)
-    except Exception:  # timing is a figure, never a reason for a build to fail
-        return False
-    return True
-
-
-#: Each build worker's NVRTC header file goes in ``<export dir>/<this>-<pid>``.
-_PCH_DIR = "nvrtc-pch"
-
-
-@functools.lru_cache(maxsize=1)
-def _header_cache(export_dir: str) -> str:
-    """Once per worker: NVRTC reuses the headers it parsed for the worker's first kernel
-    (about half of a conv kernel's compile, :mod:`autotune.nvrtc_headers`)."""
-    from autotune.nvrtc_headers import enable_header_cache
-
-    return enable_header_cache(pch_dir=os.path.join(export_dir, f"{_PCH_DIR}-{os.getpid()}"))
-
-
-def _warm_worker() -> None:
-    import tvm  # noqa: F401
-    import tvm.s_tir  # noqa: F401
-
-
-#: What a CUDA worker compiles ahead of its first build, to write NVRTC's header file.
-_EMPTY_KERNEL = 'extern "C" __global__ void autotune_prewarm() {}\n'
-
-
-def _prewarm_worker(target, export_dir: str) -> int:
-    """A new worker's first task, sent before any build: TVM's imports (the pool's
-    initializer) and, for CUDA, NVRTC's header file, as TVM's compile callback would
-    write it for the worker's first kernel. On the H100 the first round of a benchmark
-    spent 8 s building one candidate and the second 15 s on 36 while the 16 workers
-    started (2026-11-26). Returns the worker's pid."""
-    if target.kind.name == "cuda" and not _header_cache(export_dir).startswith("off"):
-        from tvm.support import nvcc
-
-        with target:  # the arch from the target, as in the callback
-            nvcc.compile_cuda(_EMPTY_KERNEL, target_format="cubin", compiler="nvrtc")
-    return os.getpid()
+    """A worker's task: :func:`autotune.build_worker.build`, with the seconds it took in
+    the worker and those of them in TVM's CUDA compile callback (NVRTC): what a batch's
+    wall time is made of (compiling device code, the rest of a build, the slowest build,
+    or none of these)."""
+    built = build_worker.build(mod, target, export_dir)
+    return built.path, built.seconds.total, built.seconds.device_compile
 
 
 #: A builder's folder: ``<this><host>-<pid>-<random>`` in the temporary directory.
@@ -237,7 +149,7 @@ class WarmBuilder:
                 self._pool.shutdown()
                 self._drop_header_files()
             self._pool = PopenPoolExecutor(
-                max_workers=self.max_workers, timeout=self.timeout_sec, initializer=_warm_worker
+                max_workers=self.max_workers, timeout=self.timeout_sec, initializer=build_worker.warm
             )
             self._uses = 0
         return self._pool
@@ -249,7 +161,7 @@ class WarmBuilder:
         and tuners) then overlaps the workers' start; a build sent meanwhile waits its
         turn. These tasks do not count toward the pool's recycling."""
         pool = self._executor()
-        return [pool.submit(_prewarm_worker, target, self.export_dir) for _ in range(self.max_workers)]
+        return [pool.submit(build_worker.prewarm, target, self.export_dir) for _ in range(self.max_workers)]
 
     def build(self, build_inputs: Sequence[Any]) -> list[Any]:
         from tvm.s_tir.meta_schedule.builder import BuilderResult
@@ -278,7 +190,7 @@ class WarmBuilder:
     def _drop_header_files(self) -> None:
         """The pool kills its workers, so NVRTC leaves their header files (60 MB each)."""
         for name in os.listdir(self.export_dir):
-            if name.startswith(f"{_PCH_DIR}-"):
+            if name.startswith(f"{build_worker.PCH_DIR}-"):
                 shutil.rmtree(os.path.join(self.export_dir, name), ignore_errors=True)
 
     def close(self) -> None:

@@ -53,39 +53,25 @@ def random_modules(space, n: int, seed: int) -> list:
 
 
 def in_process(mods: list, target, export_dir: str) -> dict:
-    """Per-phase seconds of building each module here, one after another."""
-    import tvm
+    """Per-phase seconds of building each module here, one after another, as a build
+    worker builds it (:func:`autotune.build_worker.build`)."""
+    from autotune import build_worker
 
-    import autotune.measure as measure
-    from autotune.device_code import fatbin_packer
-
-    timed = target.kind.name == "cuda" and measure._time_device_compiles()
-    if target.kind.name == "cuda":
-        measure._header_cache(export_dir)
-    measure._build_worker(mods[0], target, export_dir)  # first-build costs out of the figures
+    build_worker.build(mods[0], target, export_dir)  # first-build costs out of the figures
     phases = {"compile": 0.0, "device_compile": 0.0, "pack": 0.0, "export": 0.0}
     formats = set()
     for mod in mods[1:]:
-        before = measure._device_compile_seconds[0]
-        t0 = time.perf_counter()
-        with target:
-            lib = tvm.compile(mod, target=target)
-        t1 = time.perf_counter()
-        packer, info = fatbin_packer(lib, target)
-        t2 = time.perf_counter()
-        fd, path = tempfile.mkstemp(suffix=".so", dir=export_dir)
-        os.close(fd)
-        lib.export_library(path, **({"fpack_imports": packer} if packer else {}))
-        t3 = time.perf_counter()
-        phases["compile"] += t1 - t0
-        phases["device_compile"] += (measure._device_compile_seconds[0] - before) if timed else 0.0
-        phases["pack"] += t2 - t1
-        phases["export"] += t3 - t2
-        if info:
-            formats.add(info.get("format"))
+        built = build_worker.build(mod, target, export_dir)
+        phases["compile"] += built.seconds.compile
+        phases["device_compile"] += built.seconds.device_compile
+        phases["pack"] += built.seconds.pack
+        phases["export"] += built.seconds.link
+        if built.device_code and built.device_code.get("format"):
+            formats.add(built.device_code["format"])
     n = len(mods) - 1
+    timed = target.kind.name == "cuda" and build_worker.time_device_compiles()
     return {"builds": n, "seconds_per_build": {k: round(v / n, 4) for k, v in phases.items()},
-            "device_code": sorted(f for f in formats if f), "device_compile_timed": bool(timed)}
+            "device_code": sorted(formats), "device_compile_timed": bool(timed)}
 
 
 def on_pool(mods: list, target, workers: int) -> dict:

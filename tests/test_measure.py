@@ -8,7 +8,7 @@ tvm = pytest.importorskip("tvm")
 
 from tvm import te  # noqa: E402
 
-from autotune import measure  # noqa: E402
+from autotune import build_worker, measure  # noqa: E402
 from autotune.measure import MeasureOptions, Measurer  # noqa: E402
 from autotune.target import resolve_target  # noqa: E402
 
@@ -163,9 +163,9 @@ def test_a_cuda_workers_device_compiles_are_timed_through_tvms_callback(monkeypa
     if not has_nvcc():
         pytest.skip("nvcc not found")
     monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvcc")
-    assert measure._time_device_compiles()
-    before = measure._device_compile_seconds[0]
+    assert build_worker.time_device_compiles()
+    before = build_worker.device_compile_seconds()
     with resolve_target("cuda:sm_90").tvm_target:
         binary = tvm_ffi.get_global_func("tvm_callback_cuda_compile")('extern "C" __global__ void k() {}\n')
     assert len(bytes(binary)) > 0
-    assert measure._device_compile_seconds[0] > before
+    assert build_worker.device_compile_seconds() > before

@@ -144,23 +144,23 @@ def test_the_in_process_folder_is_removed_when_the_process_exits():
 
 @pytest.mark.skipif(not has_nvcc(), reason="the CUDA export needs nvcc")
 def test_a_cuda_build_worker_turns_it_on_and_an_llvm_one_does_not(cuda_mod, tmp_path, monkeypatch):
-    from autotune import measure
+    from autotune import build_worker
 
     monkeypatch.delenv(TVM_OPTIONS_VAR, raising=False)
     monkeypatch.delenv(SWITCH_VAR, raising=False)
     monkeypatch.delenv("TVM_CUDA_COMPILE_MODE", raising=False)
     monkeypatch.setattr(nvrtc_headers, "nvrtc_version", lambda: (13, 0))  # as on the lent H100
-    measure._header_cache.cache_clear()
+    build_worker.header_cache.cache_clear()
     try:
-        measure._build_worker(_cpu_mod(), resolve_target("llvm").tvm_target, str(tmp_path))
+        build_worker.build(_cpu_mod(), resolve_target("llvm").tvm_target, str(tmp_path))
         assert TVM_OPTIONS_VAR not in os.environ
-        path = measure._build_worker(cuda_mod, resolve_target("cuda:sm_90").tvm_target, str(tmp_path))
-        assert os.path.getsize(path) > 0
+        built = build_worker.build(cuda_mod, resolve_target("cuda:sm_90").tvm_target, str(tmp_path))
+        assert os.path.getsize(built.path) > 0 and built.seconds.compile > 0 and built.seconds.link > 0
         pch_dir = tmp_path / f"nvrtc-pch-{os.getpid()}"  # the worker's own, in the builder's folder
         assert pch_dir.is_dir()
         assert os.environ[TVM_OPTIONS_VAR].split() == header_cache_options(str(pch_dir))
     finally:
-        measure._header_cache.cache_clear()
+        build_worker.header_cache.cache_clear()
 
 
 def _cpu_mod():

@@ -1,0 +1,140 @@
+"""What a warm build worker does: compile one candidate schedule and export it, timed.
+
+These functions run inside the builder's worker processes (:class:`autotune.measure.WarmBuilder`
+sends them there), and in one process for a profile of what a build is made of
+(``benchmarks/profile_builds.py``), so both time the same steps. Each worker sets up
+once, on its first task: NVRTC's header cache and a timer around TVM's CUDA compile
+callback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+#: Each build worker's NVRTC header file goes in ``<export dir>/<this>-<pid>``.
+PCH_DIR = "nvrtc-pch"
+
+#: What a CUDA worker compiles ahead of its first build, to write NVRTC's header file.
+_EMPTY_KERNEL = 'extern "C" __global__ void autotune_prewarm() {}\n'
+
+#: Seconds this process has spent in TVM's CUDA compile callback so far.
+_device_compile_seconds = [0.0]
+
+
+@dataclass(frozen=True)
+class BuildSeconds:
+    """Where one build's seconds went, inside the worker."""
+
+    compile: float  # tvm.compile, device code included
+    device_compile: float  # of ``compile``, in TVM's CUDA compile callback (NVRTC); 0 where untimed
+    pack: float  # device code packed for the export (a fatbin where no CUDA driver is loaded)
+    link: float  # the shared library written
+
+    @property
+    def total(self) -> float:
+        return self.compile + self.pack + self.link
+
+
+def warm() -> None:
+    """The pool's initializer: TVM's imports, once per worker."""
+    import tvm  # noqa: F401
+    import tvm.s_tir  # noqa: F401
+
+
+@functools.lru_cache(maxsize=1)
+def header_cache(export_dir: str) -> str:
+    """Once per worker: NVRTC reuses the headers it parsed for the worker's first kernel
+    (about half of a conv kernel's compile, :mod:`autotune.nvrtc_headers`). Returns its
+    status ("on", or "off: why")."""
+    from autotune.nvrtc_headers import enable_header_cache
+
+    return enable_header_cache(pch_dir=os.path.join(export_dir, f"{PCH_DIR}-{os.getpid()}"))
+
+
+@functools.lru_cache(maxsize=1)
+def time_device_compiles() -> bool:
+    """Once per worker: TVM's CUDA compile callback (``tvm.support.nvcc``, called by its
+    codegen where a CUDA driver is loaded) goes through a wrapper that adds up its
+    seconds. False where that callback is not there to wrap."""
+    try:
+        import tvm_ffi
+        from tvm.support import nvcc
+
+        compile_cuda = nvcc.tvm_callback_cuda_compile
+    except (ImportError, AttributeError):
+        return False
+
+    def timed(*args):  # TVM 0.27 passes the code alone; whatever it passes goes through
+        t0 = time.perf_counter()
+        try:
+            return compile_cuda(*args)
+        finally:
+            _device_compile_seconds[0] += time.perf_counter() - t0
+
+    try:
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", timed, override=True)
+    except Exception:  # timing is a figure, never a reason for a build to fail
+        return False
+    return True
+
+
+def device_compile_seconds() -> float:
+    """Seconds this process has spent in TVM's CUDA compile callback, once timed."""
+    return _device_compile_seconds[0]
+
+
+def prewarm(target, export_dir: str) -> int:
+    """A new worker's first task, sent before any build: TVM's imports (the pool's
+    initializer) and, for CUDA, NVRTC's header file, as TVM's compile callback would
+    write it for the worker's first kernel. On the H100 the first round of a benchmark
+    spent 8 s building one candidate and the second 15 s on 36 while the 16 workers
+    started (2026-11-26). Returns the worker's pid."""
+    if target.kind.name == "cuda" and not header_cache(export_dir).startswith("off"):
+        from tvm.support import nvcc
+
+        with target:  # the arch from the target, as in the callback
+            nvcc.compile_cuda(_EMPTY_KERNEL, target_format="cubin", compiler="nvrtc")
+    return os.getpid()
+
+
+@dataclass(frozen=True)
+class Built:
+    """One candidate's shared library, what its build took, and what it carries for the
+    GPU (:func:`autotune.device_code.fatbin_packer`'s summary; None off CUDA)."""
+
+    path: str
+    seconds: BuildSeconds
+    device_code: dict | None = None
+
+
+def build(mod, target, export_dir: str) -> Built:
+    """Compile one scheduled module and export a shared library.
+
+    Built without a GPU (for an ``--rpc`` server), CUDA kernels go as a fatbin compiled
+    here, so the server loads them with the driver alone (:mod:`autotune.device_code`)."""
+    import tvm
+
+    from autotune.device_code import export_library
+
+    cuda = target.kind.name == "cuda"
+    if cuda:
+        header_cache(export_dir)
+    timed = cuda and time_device_compiles()
+    before = device_compile_seconds()
+    t0 = time.perf_counter()
+    with target:
+        rt_mod = tvm.compile(mod, target=target)
+    t1 = time.perf_counter()
+    fd, path = tempfile.mkstemp(suffix=".so", dir=export_dir)
+    os.close(fd)
+    phases: dict[str, float] = {}
+    info = export_library(rt_mod, path, target, seconds=phases)
+    seconds = BuildSeconds(
+        compile=t1 - t0, device_compile=(device_compile_seconds() - before) if timed else 0.0,
+        pack=phases["pack"], link=phases["link"],
+    )
+    return Built(path, seconds, info)
