@@ -86,8 +86,8 @@
 # and DEEP="--source resnet50:7,resnet50:13,resnet50:2 --history-trials 256 --history-tuner xgb --batch 16
 #   --trials 100 --seeds 5 --no-shared-memory-estimate"
 # 1. Done (eleventh session, 2026-11-27): on the first conv, transfer XGBoost learning only
-#    from history's configs the layer can run (`plausible_priors=1`) ends lower than cold
-#    XGBoost (4.49 against 4.84 us) where it ended higher (5.65); moving them instead
+#    from history's configs the layer can run (`plausible_priors=1`) ends no higher than cold
+#    XGBoost (4.49 against 4.84 us, p = 0.15) where it ended higher (5.65); moving them instead
 #    (`repair_history=1`) did not help (5.49). The notebook has the figures.
 # 2. Done but for 7 answers (eleventh session): conv2d7, MobileNetV2's conv2d5 and conv2d4
 #    on the deepened history; two guided-GA seeds of conv2d4 were cut at trials 95 and 98.
