@@ -72,15 +72,6 @@ class MeasureOptions:
         check_count(self.build_workers, "build_workers", zero_ok=True)
 
 
-def _timed_build(mod, target, export_dir: str) -> tuple[str, float, float]:
-    """A worker's task: :func:`autotune.build_worker.build`, with the seconds it took in
-    the worker and those of them in TVM's CUDA compile callback (NVRTC): what a batch's
-    wall time is made of (compiling device code, the rest of a build, the slowest build,
-    or none of these)."""
-    built = build_worker.build(mod, target, export_dir)
-    return built.path, built.seconds.total, built.seconds.device_compile
-
-
 #: A builder's folder: ``<this><host>-<pid>-<random>`` in the temporary directory.
 _EXPORT_PREFIX = "autotune-build-"
 
@@ -171,15 +162,18 @@ class WarmBuilder:
         self._uses += len(build_inputs)
         results = []
         slowest = 0.0
+        # each build's seconds inside its worker, and those in TVM's CUDA compile callback
+        # (NVRTC): what a batch's wall time is made of (compiling device code, the rest of
+        # a build, the slowest build, or none of these)
         for res in pool.map_with_error_catching(
-            lambda x: _timed_build(*x), [(b.mod, b.target, self.export_dir) for b in build_inputs]
+            lambda x: build_worker.build(*x), [(b.mod, b.target, self.export_dir) for b in build_inputs]
         ):
             if res.status == StatusKind.COMPLETE:
-                path, seconds, device_compile = res.value
-                self.seconds["busy"] += seconds
-                self.seconds["device_compile"] += device_compile
-                slowest = max(slowest, seconds)
-                results.append(BuilderResult(path, None))
+                built = res.value
+                self.seconds["busy"] += built.seconds.total
+                self.seconds["device_compile"] += built.seconds.device_compile
+                slowest = max(slowest, built.seconds.total)
+                results.append(BuilderResult(built.path, None))
             elif res.status == StatusKind.TIMEOUT:
                 results.append(BuilderResult(None, f"timeout: build killed after {self.timeout_sec:.0f} s"))
             else:

@@ -186,6 +186,10 @@ class TuneSession:
                 raise OptionError(
                     f"{{{given[0]}}} is for loading a model, and this one is loaded already: give it to load_layers", given[0]
                 )
+            if model.batch_norm != opts.batch_norm:
+                raise OptionError(
+                    f"the model was loaded with {{batch_norm}} {model.batch_norm}, the tune asks for {opts.batch_norm}", "batch_norm"
+                )
         ensure_measurable(self.target, opts.measure.rpc)
         keep_interrupts_through_tvm()  # Ctrl-C from here on stops the tune, wherever TVM is
         self._interrupts = interrupt_mark()
@@ -193,10 +197,6 @@ class TuneSession:
             model = load_layers(
                 model, input_shapes=input_shapes, size=size, batch_size=1 if batch_size is None else batch_size,
                 batch_norm=opts.batch_norm,
-            )
-        elif model.batch_norm != opts.batch_norm:
-            raise OptionError(
-                f"the model was loaded with {{batch_norm}} {model.batch_norm}, the tune asks for {opts.batch_norm}", "batch_norm"
             )
         spec, mod, layers = model.spec, model.mod, model.layers
         self._inputs = spec.inputs_description()

@@ -389,7 +389,7 @@ class XGBTuner(Tuner):
         """The fitted model's score of each of ``configs`` this space can map (higher:
         predicted faster), as (their positions in ``configs``, scores); None while there
         is no model."""
-        return self._scored(configs, self._score if self._has_scorer else None)
+        return self._scored(configs, self._score) if self._has_scorer else None
 
     def history_scores(self, configs: Sequence[Config]) -> tuple[list[int], np.ndarray] | None:
         """As :meth:`scores`, by the model of history alone (margin transfer, with a
@@ -398,9 +398,7 @@ class XGBTuner(Tuner):
             return None
         return self._scored(configs, lambda idx: self.prior_model.predict(self.encoder.encode_indices(idx, self.layer_features)))
 
-    def _scored(self, configs: Sequence[Config], score) -> tuple[list[int], np.ndarray] | None:
-        if score is None:
-            return None
+    def _scored(self, configs: Sequence[Config], score) -> tuple[list[int], np.ndarray]:
         rows = [self.encoder.map_indices(c) for c in configs]
         at = [i for i, r in enumerate(rows) if r is not None]
         if not at:

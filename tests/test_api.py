@@ -121,6 +121,9 @@ def test_a_loaded_model_refuses_loading_keywords(tmp_path):
         for keyword in ({"size": 32}, {"batch_size": 4}, {"input_shapes": {"input": (1, 3, 16, 16)}}):
             with pytest.raises(OptionError, match=f"{next(iter(keyword))} is for loading a model"):
                 session.tune_model(loaded, **keyword)
+        other = TuneSession(resolve_target("llvm"), store, TuneOptions(trials=4, batch_norm="separate"))
+        with pytest.raises(OptionError, match="loaded with batch_norm weights, the tune asks for separate"):
+            other.tune_model(loaded)
         assert not store.runs()
     finally:
         session.close()
