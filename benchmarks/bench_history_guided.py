@@ -92,6 +92,10 @@ def main() -> int:
                         help="answer every measurement from this measurement file (no hardware); an existing --history-db is "
                              "used as it is, a new one is built from the file as the recorded run built it")
     parser.add_argument("--replay-target", help="which target's lines to replay (default: the file's only one)")
+    parser.add_argument("--approximate", choices=("nearest", "model"), default="nearest",
+                        help="how a replay answers a config the file lacks: the nearest measured config's latency (as every "
+                             "recorded replay did), or a surrogate model's of the layer's measured configs (fewer false finds "
+                             "on the H100 file: benchmarks/bench_replay_approximation.py)")
     parser.add_argument("--out")
     parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
     parser.add_argument("--from-json", help="print the markdown table of earlier result files, comma-separated (and plot them with --plot-dir)")
@@ -134,7 +138,7 @@ def main() -> int:
         # History is filed under the recorded device: the replay must match against it
         # exactly as the recorded run did (another device's records count less).
         target = dataclasses.replace(target, device_name=device)
-        cm = ReplayMeasurer(args.replay, replay_key)
+        cm = ReplayMeasurer(args.replay, replay_key, approximate=args.approximate)
         log(f"replaying {cm.loaded} measurements on {replay_key} from {args.replay}")
     else:
         from autotune.errors import AutotuneError
@@ -163,8 +167,10 @@ def main() -> int:
     if args.replay and not fresh_db:
         # The replay completes the history as the recorded run did (a GPU call that deepened
         # an imported export, say), but on a copy: answers the file lacks must never reach
-        # the database it was given as records.
-        db = copy_database(db, tempfile.mkdtemp(prefix="bench-replay-"))
+        # the database it was given as records. The copy is scratch, removed when the
+        # benchmark ends (kept alive by this name until then).
+        scratch = tempfile.TemporaryDirectory(prefix="bench-replay-")
+        db = copy_database(db, scratch.name)
     store = None if fresh_db else open_history(db)
     if args.replay:  # before a new database is written
         must_hold = {layer.workload_key: f"{model}:{layer.name}" for model, layer in targets}
@@ -207,7 +213,8 @@ def main() -> int:
                         **({"other_target_discount": args.other_target_discount} if args.other_target_discount is not None else {})},
             "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
             **({"measure_seconds": {k: round(v, 1) for k, v in cost.items()}} if (cost := cm.cost_seconds()) else {}),
-            **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked, "nearest": cm.nearest}} if args.replay else {}),
+            **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked,
+                                  "approximated": cm.approximations, "approximation": cm.approximate}} if args.replay else {}),
             "layers": rows, "summary": summary,
             "arguments": {k: v for k, v in vars(args).items() if v is not None},
         }

@@ -122,10 +122,10 @@ def main() -> int:
     mods = random_modules(space, args.builds, args.seed)
     if len(mods) < 2:
         raise SystemExit(f"error: fewer than 2 valid configs of {args.layer} found")
-    export_dir = tempfile.mkdtemp(prefix="profile-builds-")
-    result = {"benchmark": "what a candidate build is made of", "layer": args.layer, "target": target.key,
-              "cpus": os.cpu_count(), "in_process": in_process(mods[: max(2, args.serial)], target.tvm_target, export_dir),
-              "pool": on_pool(mods, target.tvm_target, args.workers)}
+    with tempfile.TemporaryDirectory(prefix="profile-builds-") as export_dir:
+        result = {"benchmark": "what a candidate build is made of", "layer": args.layer, "target": target.key,
+                  "cpus": os.cpu_count(), "in_process": in_process(mods[: max(2, args.serial)], target.tvm_target, export_dir),
+                  "pool": on_pool(mods, target.tvm_target, args.workers)}
     emit(result, args.out)
     return 0
 

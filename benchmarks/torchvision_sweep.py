@@ -78,7 +78,8 @@ def sweep(files: list[Path], trials: int) -> list[dict]:
     rows = []
     for path in files:
         row: dict = {"model": path.name}
-        work = tempfile.mkdtemp(prefix="tv-sweep-")
+        scratch = tempfile.TemporaryDirectory(prefix="tv-sweep-")  # removed after the model
+        work = scratch.name
         t0 = time.perf_counter()
         try:
             row["layers"] = len(api.layers(str(path))["layers"])
@@ -96,6 +97,8 @@ def sweep(files: list[Path], trials: int) -> list[dict]:
             row["check"] = result["check"]
         except AutotuneError as err:
             row["error"] = str(err)
+        finally:
+            scratch.cleanup()
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
     return rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -194,7 +195,7 @@ def test_replay_answers_from_the_file_and_counts_approximations(tmp_path):
     got = replay.measure("mm", space, cfgs)
     assert [r.latency for r in got[:3]] == [3e-6, 1e-6, 2e-6]  # recorded: answered as measured
     assert got[3].ok and got[3].latency in (1e-6, 2e-6, 3e-6)  # not in the file: its nearest config's
-    assert (replay.asked, replay.nearest, replay.measured) == (4, 1, 0)
+    assert (replay.asked, replay.approximations, replay.measured) == (4, 1, 0)
     # which answers were approximated, per run: only the config the file lacks
     assert replay.approximated_in("mm", cfgs) == 1 and replay.approximated_in("mm", cfgs[:3]) == 0
     # trials answered as measured before a run's first approximated answer
@@ -492,11 +493,15 @@ def test_a_replay_completes_an_existing_history_on_a_copy(tmp_path, monkeypatch)
     shutil.copy(shallow, tmp_path / "deepened.db")
     measured = run(tmp_path / "deepened.db", "measured", 4, "--measurements", str(measurements))
     assert records(tmp_path / "deepened.db") > records(shallow)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     replayed = run(shallow, "replayed", 4, "--replay", str(measurements))
+    assert not any(scratch.iterdir())  # the copy it completed is gone with it
     assert replayed["history"]["records"] == measured["history"]["records"] == 4
     assert replayed["layers"][0]["tuners"]["tl_xgb"]["curves"] == measured["layers"][0]["tuners"]["tl_xgb"]["curves"]
     assert replayed["layers"][0]["history_depth"] == measured["layers"][0]["history_depth"]
-    assert replayed["replay"]["nearest"] == 0
+    assert replayed["replay"]["approximated"] == 0 and replayed["replay"]["approximation"] == "nearest"
     assert records(shallow) == before  # the replay worked on a copy
     # a source the history must complete and the file never measured: one line, nothing written
     with pytest.raises(SystemExit, match="of --source resnet18:3: conv2d3;") as exit_:

@@ -1008,6 +1008,29 @@ def test_replay_bench_table_and_missing():
     assert near.measure([missing])[0].ok
 
 
+def test_replay_surrogate_answers_unmeasured_configs_by_a_model_of_the_measured(target):
+    """``missing="model"``: a config the table lacks gets the surrogate's latency, which
+    must follow the layer's landscape (ranked against the true latencies of held-out
+    configs), be the same for the same table, and never stand in for a recorded one."""
+    from scipy.stats import spearmanr
+
+    bench = SynthBench(target)
+    rng = np.random.default_rng(0)
+    cfgs = [target.random_config(rng) for _ in range(700)]
+    measured = [r for r in bench.measure(cfgs) if r.ok]
+    seen, held = measured[:500], measured[500:]
+    recs = [{"config": r.config, "latency_median": r.latency, "status": "ok"} for r in seen]
+    model, again = (ReplayBench(target, recs, missing="model") for _ in range(2))
+    answers = model.measure([r.config for r in held])
+    assert all(a.ok and a.latency > 0 for a in answers)
+    assert [a.latency for a in answers] == [a.latency for a in again.measure([r.config for r in held])]
+    rho = spearmanr([a.latency for a in answers], [r.latency for r in held]).statistic
+    assert rho > 0.6, rho
+    assert model.measure([seen[0].config])[0].latency == seen[0].latency  # recorded: as measured
+    with pytest.raises(ValueError, match="missing must be one of"):
+        ReplayBench(target, recs, missing="guess")
+
+
 def test_replay_determinism_and_trials_to_within(target, similar_priors, tmp_path):
     space = TinySpace()
     path = tmp_path / "hist.json"

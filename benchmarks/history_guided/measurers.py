@@ -155,14 +155,19 @@ class ReplayMeasurer:
     """The measurement file as the device: no build, no run (``--replay FILE``).
 
     Every tuner variant can then be compared on measurements made elsewhere, say on the
-    lent GPU, by anyone, deterministically. A config the file lacks is answered by the
-    nearest measured config of that layer (:class:`search.replay.ReplayBench`), an
-    approximation counted in ``nearest``, unless the space rejects it: a replay is
-    faithful as far as that count is small, and exact for the tuners and seeds that made
-    the file.
+    lent GPU, by anyone, deterministically. A config the file lacks is answered by an
+    approximation (``approximate``: the nearest measured config of that layer, or a
+    surrogate model fitted on its measured configs; :class:`search.replay.ReplayBench`),
+    counted in ``approximations``, unless the space rejects it: a replay is faithful as
+    far as that count is small, and exact for the tuners and seeds that made the file.
     """
 
-    def __init__(self, path: str, target_key: str):
+    def __init__(self, path: str, target_key: str, approximate: str = "nearest"):
+        from search.replay import MISSING
+
+        if approximate not in MISSING or approximate == "invalid":
+            raise ValueError(f"approximate must be 'nearest' or 'model', not {approximate!r}")
+        self.approximate = approximate
         self.tables: dict[str, list[dict]] = {}
         self.target_key = target_key
         for rec in _lines(path):
@@ -172,8 +177,8 @@ class ReplayMeasurer:
         self.loaded = sum(len(t) for t in self.tables.values())
         self.measured = 0  # nothing is ever measured
         self.asked = 0
-        self.nearest = 0
-        self.approximated: dict[str, set[str]] = {}  # layer -> configs answered by the nearest
+        self.approximations = 0
+        self.approximated: dict[str, set[str]] = {}  # layer -> configs answered by the approximation
         self._benches: dict[str, object] = {}
 
     @staticmethod
@@ -188,7 +193,7 @@ class ReplayMeasurer:
         bench = self._benches.get(layer_key)
         if bench is None:
             self.check_holds({layer_key: layer_key})
-            bench = self._benches[layer_key] = ReplayBench(space, self.tables[layer_key], missing="nearest")
+            bench = self._benches[layer_key] = ReplayBench(space, self.tables[layer_key], missing=self.approximate)
         self.asked += len(configs)
         out = []
         for cfg in configs:
@@ -198,7 +203,7 @@ class ReplayMeasurer:
                 if not space.applies(cfg):
                     out.append(TrialResult(cfg, None, "invalid"))
                     continue
-                self.nearest += 1
+                self.approximations += 1
                 self.approximated.setdefault(layer_key, set()).add(config_to_json(cfg))
             out.append(bench.measure([cfg])[0])
         return out
@@ -220,10 +225,15 @@ class ReplayMeasurer:
         return None
 
     def cost_summary(self) -> str:
-        return f"replayed, {self.nearest} of {self.asked} answered by the nearest measured config"
+        return f"replayed, {self.approximations} of {self.asked} answered by {self.approximation_words}"
+
+    @property
+    def approximation_words(self) -> str:
+        """What answered the configs the file lacks, as a sentence says it."""
+        return "the nearest measured config" if self.approximate == "nearest" else "a surrogate model of the measured configs"
 
     def approximated_in(self, layer_key: str, configs) -> int:
-        """How many of ``configs`` (one run's) were answered by the nearest measured config:
+        """How many of ``configs`` (one run's) were answered by the approximation:
         a comparison of tuners is only as faithful as these counts are small, and one
         tuner's approximated answers say nothing of another's."""
         from templates import config_to_json
@@ -233,7 +243,7 @@ class ReplayMeasurer:
 
     def exact_trials(self, layer_key: str, results) -> int:
         """Trials of one run (its results in order; rejected configs are no trial) before
-        its first answer by the nearest measured config: a ratio decided within them is
+        its first approximated answer: a ratio decided within them is
         as measured, however many answers came approximated after."""
         from templates import config_to_json
 

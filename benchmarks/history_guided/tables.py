@@ -92,8 +92,8 @@ def markdown_table(result: dict) -> str:
 
 
 def approximated_counts(rows: list[dict], *, with_zero: bool = False) -> str:
-    """Per tuner over result ``rows``, answers approximated by the nearest measured config
-    of all its answers ("tl_xgb 12 of 500 (2%)"); tuners with none only ``with_zero``."""
+    """Per tuner over result ``rows``, answers approximated (the file lacked them) of all
+    its answers ("tl_xgb 12 of 500 (2%)"); tuners with none only ``with_zero``."""
     asked: dict[str, int] = {}
     approx: dict[str, int] = {}
     for row in rows:
@@ -112,8 +112,10 @@ def approximation_note(result: dict) -> str:
     shown = approximated_counts(result["layers"])
     if not shown:
         return ""
-    return ("Replayed, and not every answer was in the file: answers approximated by the nearest measured "
-            "config, " + shown + ". Those tuners' figures are estimates; measure them before trusting them.")
+    by = ("a surrogate model of the measured configs" if result.get("replay", {}).get("approximation") == "model"
+          else "the nearest measured config")
+    return (f"Replayed, and not every answer was in the file: answers approximated by {by}, " + shown
+            + ". Those tuners' figures are estimates; measure them before trusting them.")
 
 
 def plot_results(result: dict, out_dir: str) -> list[str]:
