@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from autotune.errors import AutotuneError, OptionError, check_choice, check_count, quoted
+from autotune.errors import AutotuneError, OptionError, check_choice, check_count, first_line, quoted
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.measure import MeasureOptions
 from autotune.target import TargetSpec
@@ -188,7 +188,7 @@ def run(
     """
     import numpy as np
 
-    from autotune.frontend import load_model
+    from autotune.frontend import InputShapeError, load_model
     from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
 
     check_count(seed, "seed", zero_ok=True)
@@ -216,8 +216,18 @@ def run(
             # rebuild exactly the zoo model that was compiled (same size, batch and weights)
             model = load_model(check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
         else:
-            model = load_model(check, input_shapes={k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
-        want = onnx_reference(model.proto, feed)
+            shapes = {k: tuple(v["shape"]) for k, v in meta["inputs"].items()}
+            try:
+                model = load_model(check, input_shapes=shapes)
+            except InputShapeError:
+                takes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in shapes.items())
+                raise AutotuneError(f"--check {check} does not take this module's inputs ({takes}); "
+                                    f"is the module compiled from {check}?") from None
+        try:
+            want = onnx_reference(model.proto, feed)
+        except Exception as err:  # the evaluator's own errors: a model that does not take these inputs
+            raise AutotuneError(f"--check {check}: ONNX's reference evaluator could not run it on the module's inputs "
+                                f"({type(err).__name__}: {first_line(err)}); is the module compiled from {check}?") from None
         errs = [float(np.max(np.abs(g - w))) if g.shape == w.shape else float("inf") for g, w in zip(outputs, want)]
         ok = len(want) == len(outputs) and all(np.allclose(g, w, rtol=rtol, atol=atol) for g, w in zip(outputs, want))
         result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None, "ok": ok}

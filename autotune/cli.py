@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("history", help="inspect, export and import the tuning history")
     hsub = p.add_subparsers(dest="history_command", metavar="ACTION")
     p.set_defaults(help_of=p)  # with no ACTION: this command's help, not the top level's
-    h = hsub.add_parser("ls", help="one line per layer and target: records, best latency")
+    h = hsub.add_parser("ls", aliases=["list"], help="one line per layer and target: records, best latency")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_ls)

@@ -49,6 +49,13 @@ def quoted(value) -> str:
     return repr(value).replace("{", "{{").replace("}", "}}")
 
 
+def first_line(err: BaseException) -> str:
+    """An error of a library (TVM, ONNX) as one line of ours: its first, or its type's
+    name when it says nothing."""
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
 def _on_sigint(signum, frame) -> None:
     global _presses
     _presses += 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, first_line
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 9: "bool", 16: "bfloat16"}
 
@@ -70,6 +70,12 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+class InputShapeError(AutotuneError):
+    """Input shapes given for a model that names inputs it lacks, or gives one another
+    rank: said as ``--input-shape``'s fault, which a caller with shapes from elsewhere
+    (``run --check`` has a module's) says its own way."""
+
+
 def load_model(
     model: str,
     *,
@@ -109,7 +115,7 @@ def load_model(
                     f"{model}: its weights are stored in {missing} beside it (ONNX external data, as torch's "
                     "dynamo exporter writes them), which cannot be read; keep that file next to the model"
                 ) from None
-            raise AutotuneError(f"{model} is not an ONNX model ({type(err).__name__}: {_first_line(err)})") from None
+            raise AutotuneError(f"{model} is not an ONNX model ({type(err).__name__}: {first_line(err)})") from None
         if not proto.graph.node:
             raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
         name, source = path.stem, str(path.resolve())
@@ -136,11 +142,6 @@ def _unreadable_external_data(path: Path) -> str | None:
     return None
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
-
-
 def _pin_shapes(
     proto, name: str, source: str, overrides: dict[str, tuple[int, ...]], *, fold_batch_norm: bool = False
 ) -> ModelSpec:
@@ -151,7 +152,7 @@ def _pin_shapes(
     unknown = set(overrides) - {i.name for i in graph_inputs}
     if unknown:
         names = ", ".join(i.name for i in graph_inputs)
-        raise AutotuneError(f"--input-shape names unknown input(s) {', '.join(sorted(unknown))}; model inputs: {names}")
+        raise InputShapeError(f"--input-shape names unknown input(s) {', '.join(sorted(unknown))}; model inputs: {names}")
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, str] = {}
     for inp in graph_inputs:
@@ -160,7 +161,7 @@ def _pin_shapes(
         if inp.name in overrides:
             declared = list(ttype.shape.dim)
             if declared and len(declared) != len(overrides[inp.name]):
-                raise AutotuneError(
+                raise InputShapeError(
                     f"--input-shape {inp.name} has rank {len(overrides[inp.name])}, the model's input has rank {len(declared)}"
                 )
             shapes[inp.name] = overrides[inp.name]
@@ -186,7 +187,7 @@ def _pin_shapes(
     try:
         onnx.checker.check_model(proto)
     except Exception as err:
-        raise AutotuneError(f"invalid ONNX model {source}: {_first_line(err)}") from None
+        raise AutotuneError(f"invalid ONNX model {source}: {first_line(err)}") from None
     outputs = [o.name for o in proto.graph.output]
     return ModelSpec(
         name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
@@ -276,9 +277,9 @@ def to_relax(spec: ModelSpec):
             keep_params_in_input=False,
         )
     except tvm.error.OpNotImplemented as err:
-        raise AutotuneError(f"{spec.source}: {_first_line(err)}") from None
+        raise AutotuneError(f"{spec.source}: {first_line(err)}") from None
     except Exception as err:
-        raise AutotuneError(f"{spec.source}: TVM's ONNX frontend failed: {_first_line(err)}") from None
+        raise AutotuneError(f"{spec.source}: TVM's ONNX frontend failed: {first_line(err)}") from None
     return mod
 
 
@@ -335,7 +336,7 @@ def fuse(mod, *, batch_norm_in_epilogue: bool = False):
         fused = seq(mod)
     except Exception as err:
         raise_if_interrupted_since(mark)
-        raise AutotuneError(f"lowering the model to TIR failed: {_first_line(err)}") from None
+        raise AutotuneError(f"lowering the model to TIR failed: {first_line(err)}") from None
     raise_if_interrupted_since(mark)  # FoldConstant drops an interrupt and goes on
     return fused
 

@@ -292,6 +292,8 @@ def test_history_import_non_json_leaves_history_intact(capsys, env):
     assert _listing(env) == files_before  # no -wal / -shm / -journal left behind
     assert main(["history", "ls", "--history", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+    assert main(["history", "list", "--history", str(db), "--json"]) == 0  # as `zoo list` says it
+    assert json.loads(capsys.readouterr().out) == []
 
 
 def test_history_import_non_json_leaves_db_bytes_unchanged(capsys, env):

@@ -28,6 +28,20 @@ def test_zoo_model_compiles_and_matches_reference_on_llvm(name, tmp_path, capsys
     assert result["check"]["max_abs_error"] < 1e-2
 
 
+def test_run_checked_against_another_model_is_one_line(tmp_path, capsys):
+    """``run --check`` with a model the module was not compiled from: one line that asks,
+    whether the model rejects the module's input shapes (another rank) or ONNX's
+    reference evaluator fails on them (another channel count), never a traceback."""
+    out = tmp_path / "dqn.so"
+    assert main(["compile", "dqn", "--size", "36", "--target", "llvm", "-o", str(out)]) == 0
+    capsys.readouterr()
+    for other in ("resnet18", "seq2seq"):
+        assert main(["run", str(out), "--check", other, "--repeat", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"autotune: error: --check {other}"), err
+        assert f"is the module compiled from {other}?" in err[0]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
 @pytest.mark.parametrize("name", sorted(SMALL))
