@@ -118,7 +118,7 @@ from deap import base, creator, tools
 from search.cost_model import CostModel
 from search.features import encoder_for
 from search.repair import judge_mapped_priors
-from search.similarity import SIMILARITY_FLOOR, filter_priors, only_runnable
+from search.similarity import SIMILARITY_FLOOR, filter_priors, leaves_out_unrunnable, only_runnable
 from search.source_weights import SourceRankers
 from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
 from search.warm_start import HistoryRanker, history_seed_order
@@ -385,15 +385,16 @@ class GuidedGATuner(GATuner):
         handover_local_share: float = HANDOVER_LOCAL_SHARE,
         model_seeds: int | None = None,
         picks_order: str = "turns",
-        plausible_priors: bool = False,
+        plausible_priors: bool | None = None,
         repair_history: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(space, **kwargs)
         # as transfer XGBoost's options: history's configs this layer could not run are
-        # left out of its seeds, dictionary and ranker, and of the transfer tuners it uses;
-        # or moved to the nearest the layer can run (:mod:`search.repair`)
-        self.plausible_priors = bool(plausible_priors)
+        # left out of its seeds, dictionary and ranker, and of the transfer tuners it uses
+        # (by default where history matches the layer weakly); or moved to the nearest
+        # the layer can run (:mod:`search.repair`)
+        self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors)
         self.repair_history = bool(repair_history)
         if picks_order not in ("turns", "ranked"):
             raise ValueError(f"picks_order must be 'turns' or 'ranked', not {picks_order!r}")

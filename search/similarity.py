@@ -35,12 +35,16 @@ from search.tuner import PriorRecord, TrialResult
 from templates.space import KnobSpace
 
 __all__ = [
+    "LEAVE_OUT_UNRUNNABLE_BELOW",
     "SIMILARITY_FLOOR",
     "FilteredPriors",
     "contradicting_workloads",
     "filter_priors",
     "importance_weights",
     "layer_similarity",
+    "leaves_out_unrunnable",
+    "only_runnable",
+    "runnable_priors",
 ]
 
 
@@ -131,6 +135,30 @@ def runnable_priors(space: KnobSpace, mapped: Sequence[tuple[int, ...] | None]) 
     if at:
         fits[at] = space.fits_device_rows([mapped[i] for i in at])
     return fits
+
+
+#: Under this match to history (the best similarity of its records to the layer),
+#: history's configs the layer cannot run are left out by default (:func:`leaves_out_unrunnable`).
+#: On the H100, ResNet-18's first conv (0.31, a 7x7 layer whose history is 3x3 layers)
+#: could run none of the 64 configs history offered it first, and transfer XGBoost
+#: trained on them ended slower than cold XGBoost (0.5x its trials, p = 0.032); on only
+#: those it could run it reached cold XGBoost's final as fast (1.04x) and ended no
+#: slower (p = 0.15). At 0.62 to 0.94 (five layers), a replay of the same option
+#: answered by a surrogate of the measured configs lost ground on conv2d3 (11.0x to
+#: 3.8x), where history's unrunnable configs still rank the knobs' values
+#: (benchmarks/HISTORY_GUIDED.md, twelfth session).
+LEAVE_OUT_UNRUNNABLE_BELOW = 0.5
+
+
+def leaves_out_unrunnable(option: bool | None, priors: Sequence) -> bool:
+    """Whether a guided tuner leaves out history's configs the layer cannot run: the
+    option as given, or by default (None) where history matches the layer weakly
+    (:data:`LEAVE_OUT_UNRUNNABLE_BELOW`). A weak match is a layer of other kernel sizes
+    or strides, whose mapped tiles overrun this one's limits; a close one's mapped
+    configs differ from runnable ones by a tile or two and still say which values win."""
+    if option is not None:
+        return bool(option)
+    return bool(priors) and max(float(r.similarity) for r in priors) < LEAVE_OUT_UNRUNNABLE_BELOW
 
 
 def only_runnable(fits: np.ndarray | None, idx: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -57,7 +57,7 @@ import numpy as np
 from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 from search.features import FeatureEncoder, encoder_for
 from search.repair import judge_mapped_priors
-from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, only_runnable
+from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, leaves_out_unrunnable, only_runnable
 from search.source_weights import OWN, SourceRankers
 from search.tuner import PriorRecord, Tuner, prior_groups
 from search.warm_start import history_seed_order, ranked_history_keys
@@ -95,13 +95,14 @@ class XGBTuner(Tuner):
         history_share: float = 0.25,
         history_list: int = 32,
         local_share: float = 0.0,
-        plausible_priors: bool = False,
+        plausible_priors: bool | None = None,
         repair_history: bool = False,
     ) -> None:
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         # History's configs that, mapped onto this layer, could not run on the device
-        # (:meth:`KnobSpace.fits_device_rows`) are left out of training and warm start.
-        self.plausible_priors = bool(plausible_priors)
+        # (:meth:`KnobSpace.fits_device_rows`) are left out of training and warm start;
+        # by default (None) where history matches the layer weakly.
+        self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors)
         # Or, for what the tuner measures of history's, moved to the nearest config the
         # layer can run (:mod:`search.repair`); the model still learns from the sources.
         self.repair_history = bool(repair_history)

@@ -8,6 +8,7 @@ computes the same thing as the unscheduled one", and the CUDA limits for plausib
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -501,6 +502,14 @@ def test_history_configs_are_judged_with_the_shared_memory_estimate_where_the_se
         kept[on] = set(idx.tolist())
     assert kept[False] == set(range(len(configs)))
     assert kept[True] == set(np.flatnonzero(fits).tolist())
+    # by default, as on where history matches the layer weakly (below 0.5), else off
+    for similarity, on in ((0.9, False), (0.49, True)):
+        weak = [dataclasses.replace(p, similarity=similarity) for p in priors]
+        for name in ("tl_xgb", "gga"):
+            tuner = make_tuner(name, verifier_only, seed=0, priors=weak, layer_features=layer.features())
+            assert tuner.plausible_priors is on, (name, similarity)
+        idx, _ = make_tuner("tl_xgb", verifier_only, seed=0, priors=weak, layer_features=layer.features())._filtered_priors()
+        assert set(idx.tolist()) == kept[on]
     # the guided GA's option: its seeds, dictionary and ranker draw on the same records
     fitting = {tuple(r) for r, ok in zip(rows, fits) if ok}
     for on in (False, True):
