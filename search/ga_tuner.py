@@ -394,8 +394,8 @@ class GuidedGATuner(GATuner):
         # left out of its seeds, dictionary and ranker, and of the transfer tuners it uses
         # (by default where history matches the layer weakly); or moved to the nearest
         # the layer can run (:mod:`search.repair`)
-        self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors)
         self.repair_history = bool(repair_history)
+        self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors, repair=self.repair_history)
         if picks_order not in ("turns", "ranked"):
             raise ValueError(f"picks_order must be 'turns' or 'ranked', not {picks_order!r}")
         self.picks_order = picks_order

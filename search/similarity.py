@@ -150,15 +150,17 @@ def runnable_priors(space: KnobSpace, mapped: Sequence[tuple[int, ...] | None]) 
 LEAVE_OUT_UNRUNNABLE_BELOW = 0.5
 
 
-def leaves_out_unrunnable(option: bool | None, priors: Sequence) -> bool:
+def leaves_out_unrunnable(option: bool | None, priors: Sequence, *, repair: bool = False) -> bool:
     """Whether a guided tuner leaves out history's configs the layer cannot run: the
     option as given, or by default (None) where history matches the layer weakly
-    (:data:`LEAVE_OUT_UNRUNNABLE_BELOW`). A weak match is a layer of other kernel sizes
-    or strides, whose mapped tiles overrun this one's limits; a close one's mapped
-    configs differ from runnable ones by a tile or two and still say which values win."""
+    (:data:`LEAVE_OUT_UNRUNNABLE_BELOW`) and they are not to be moved instead (``repair``,
+    :mod:`search.repair`: left out, none would be left to move). A weak match is a layer
+    of other kernel sizes or strides, whose mapped tiles overrun this one's limits; a
+    close one's mapped configs differ from runnable ones by a tile or two and still say
+    which values win."""
     if option is not None:
         return bool(option)
-    return bool(priors) and max(float(r.similarity) for r in priors) < LEAVE_OUT_UNRUNNABLE_BELOW
+    return not repair and bool(priors) and max(float(r.similarity) for r in priors) < LEAVE_OUT_UNRUNNABLE_BELOW
 
 
 def only_runnable(fits: np.ndarray | None, idx: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -101,11 +101,11 @@ class XGBTuner(Tuner):
         super().__init__(space, seed=seed, priors=priors, layer_features=layer_features)
         # History's configs that, mapped onto this layer, could not run on the device
         # (:meth:`KnobSpace.fits_device_rows`) are left out of training and warm start;
-        # by default (None) where history matches the layer weakly.
-        self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors)
-        # Or, for what the tuner measures of history's, moved to the nearest config the
-        # layer can run (:mod:`search.repair`); the model still learns from the sources.
+        # by default (None) where history matches the layer weakly. Or, for what the
+        # tuner measures of history's, moved to the nearest config the layer can run
+        # (:mod:`search.repair`); the model still learns from the sources.
         self.repair_history = bool(repair_history)
+        self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors, repair=self.repair_history)
         if not 0.0 <= float(local_share) <= 1.0:
             raise ValueError(f"local_share must be a fraction of the batch in [0, 1], not {local_share!r}")
         self.local_share = float(local_share)

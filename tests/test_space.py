@@ -510,6 +510,10 @@ def test_history_configs_are_judged_with_the_shared_memory_estimate_where_the_se
             assert tuner.plausible_priors is on, (name, similarity)
         idx, _ = make_tuner("tl_xgb", verifier_only, seed=0, priors=weak, layer_features=layer.features())._filtered_priors()
         assert set(idx.tolist()) == kept[on]
+        # asked to move them instead, none is left out unless that is asked too
+        for name in ("tl_xgb", "gga"):
+            assert not make_tuner(name, verifier_only, seed=0, priors=weak, layer_features=layer.features(),
+                                  repair_history=True).plausible_priors
     # the guided GA's option: its seeds, dictionary and ranker draw on the same records
     fitting = {tuple(r) for r, ok in zip(rows, fits) if ok}
     for on in (False, True):
