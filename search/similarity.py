@@ -143,9 +143,9 @@ def runnable_priors(space: KnobSpace, mapped: Sequence[tuple[int, ...] | None]) 
 #: could run none of the 64 configs history offered it first, and transfer XGBoost
 #: trained on them ended slower than cold XGBoost (0.5x its trials, p = 0.032); on only
 #: those it could run it reached cold XGBoost's final as fast (1.04x) and ended no
-#: slower (p = 0.15). At 0.62 to 0.94 (five layers), a replay of the same option
-#: answered by a surrogate of the measured configs lost ground on conv2d3 (11.0x to
-#: 3.8x), where history's unrunnable configs still rank the knobs' values
+#: slower (p = 0.15). At 0.62 to 0.94 (five layers) it is unmeasured; a replay answered
+#: by a surrogate of the measured configs, a lead only, had it lose ground on conv2d3
+#: (11.0x to 3.8x), so it is the default only where it was measured to help
 #: (benchmarks/HISTORY_GUIDED.md, twelfth session).
 LEAVE_OUT_UNRUNNABLE_BELOW = 0.5
 
