@@ -23,7 +23,6 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -37,26 +36,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _emit import emit  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.progress import log  # noqa: E402
+from history_guided.recorded import measured_configs, recorded_space, recorded_target  # noqa: E402
 
 #: The approximations a replay offers (``--approximate``).
 METHODS = ("nearest", "model")
 FOLDS = 5
 #: A config answered within this of the best measured counts as a find.
 WITHIN = 0.05
-
-
-def measured_ok(path: str, target_key: str, layer_key: str) -> list[tuple[dict, float]]:
-    """The layer's successfully measured configs with their latencies; lines are data."""
-    out: dict[str, float] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-                if rec["target"] == target_key and rec["layer"] == layer_key and rec["status"] == "ok" and rec["latency"]:
-                    out[rec["config"]] = float(rec["latency"])
-            except (ValueError, KeyError, TypeError):
-                continue
-    return [(json.loads(c), lat) for c, lat in out.items()]
 
 
 def held_out_answers(space, measured: list[tuple[dict, float]], method: str, seed: int) -> np.ndarray:
@@ -101,22 +87,16 @@ def main() -> int:
     if not os.path.exists(args.measurements):
         raise SystemExit(f"error: --measurements: no file at {args.measurements}")
 
-    from autotune.target import resolve_target
-    from templates.meta_schedule_space import MetaScheduleSpace
-
     t0 = time.perf_counter()
-    target = resolve_target(args.target)
-    if args.device_name:
-        target = dataclasses.replace(target, device_name=args.device_name)
-    space_options = {"estimate_shared": False} if args.no_shared_memory_estimate else {}
+    target = recorded_target(args.target, args.device_name)
     rows = []
     for spec in args.targets.split(","):
         layer = layer_at(spec, args.size)
-        measured = measured_ok(args.measurements, target.key, layer.workload_key)
+        measured = [(json.loads(c), lat) for c, lat in measured_configs(args.measurements, target.key, layer.workload_key).items()]
         if len(measured) < 2 * FOLDS:
             raise SystemExit(f"error: {args.measurements} holds {len(measured)} measured configs of {spec} on "
                              f"{target.key}; at least {2 * FOLDS} are needed")
-        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options)
+        space = recorded_space(layer, target, shared_memory_estimate=not args.no_shared_memory_estimate)
         lat = np.array([m[1] for m in measured])
         row = {"layer": spec, "name": layer.name, "measured": len(measured), "best_measured_us": round(float(lat.min()) * 1e6, 2)}
         for method in METHODS:

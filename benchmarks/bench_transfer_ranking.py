@@ -25,7 +25,6 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -41,26 +40,13 @@ from _emit import emit  # noqa: E402
 from history_guided.history_setup import priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.progress import log  # noqa: E402
+from history_guided.recorded import measured_configs, recorded_space, recorded_target  # noqa: E402
 from history_guided.tuner_specs import make_run_tuner  # noqa: E402
 
 #: Top-k prefixes of the model's order that are reported.
 TOPS = (1, 8, 16)
 #: History's configs a tuner takes first: warm start and ranked list, checked for rejection.
 FIRST_FROM_HISTORY = 32
-
-
-def measured_configs(path: str, target_key: str, layer_key: str) -> dict[str, float]:
-    """The layer's successfully measured configs (JSON text -> latency); lines are data."""
-    out: dict[str, float] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-                if rec["target"] == target_key and rec["layer"] == layer_key and rec["status"] == "ok" and rec["latency"]:
-                    out[rec["config"]] = float(rec["latency"])
-            except (ValueError, KeyError, TypeError):
-                continue
-    return out
 
 
 def rank_one(tuner, configs: list[str], latencies: np.ndarray) -> dict:
@@ -109,15 +95,10 @@ def main() -> int:
         if not os.path.exists(path):
             raise SystemExit(f"error: {flag}: no file at {path}")
 
-    from autotune.target import resolve_target
     from history import open_history
-    from templates.meta_schedule_space import MetaScheduleSpace
 
     t0 = time.perf_counter()
-    target = resolve_target(args.target)
-    if args.device_name:
-        target = dataclasses.replace(target, device_name=args.device_name)
-    space_options = {"estimate_shared": False} if args.no_shared_memory_estimate else {}
+    target = recorded_target(args.target, args.device_name)
     store = open_history(args.history_db)
     specs = args.targets.split(",")
     kept_out = [*specs, *filter(None, (args.exclude or "").split(","))]
@@ -127,7 +108,7 @@ def main() -> int:
     try:
         for spec in specs:
             layer = layer_at(spec, args.size)
-            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **space_options)
+            space = recorded_space(layer, target, shared_memory_estimate=not args.no_shared_memory_estimate)
             score, priors = priors_for(store, layer, target, exclude, space=space)
             measured = measured_configs(args.measurements, target.key, layer.workload_key)
             if not measured:

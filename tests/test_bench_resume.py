@@ -581,6 +581,43 @@ def test_the_transfer_ranking_reads_a_runs_history_and_file_and_ranks_what_it_me
     assert default["best_of_top_us_median"]["1"] >= row["best_measured_us"]
 
 
+def test_the_replay_approximation_judges_both_ways_on_a_runs_file(tmp_path, monkeypatch):
+    """``bench_replay_approximation.py`` answers each fifth of a layer's measured configs
+    from the other four, both ways, and reports against what was measured; a file too
+    thin for five folds, or no file, ends with one line."""
+    import bench_history_guided
+    import bench_replay_approximation
+
+    measurements, out = tmp_path / "m.jsonl", tmp_path / "approx.json"
+    monkeypatch.setattr(sys, "argv", [
+        "bench_history_guided.py", "--history-db", str(tmp_path / "h.db"), "--source", "resnet18:1", "--history-trials", "2",
+        "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb", "--trials", "14", "--batch", "7",
+        "--seeds", "1", "--measurements", str(measurements), "--out", str(tmp_path / "run.json")])
+    assert bench_history_guided.main() == 0
+    layer_key = layer_at("resnet18:0", 32).workload_key
+    ok = {r["config"] for r in map(json.loads, measurements.read_text().splitlines())
+          if r["layer"] == layer_key and r["status"] == "ok"}
+
+    def run(*extra: str) -> None:
+        monkeypatch.setattr(sys, "argv", ["bench_replay_approximation.py", "--measurements", str(measurements),
+                                          "--size", "32", "--out", str(out), *extra])
+        assert bench_replay_approximation.main() == 0
+
+    run("--targets", "resnet18:0")
+    (row,) = json.loads(out.read_text())["layers"]
+    assert row["measured"] == len(ok) >= 10
+    for method in ("nearest", "model"):
+        judged = row[method]
+        assert -1.0 <= judged["spearman"] <= 1.0 and judged["median_rel_error"] >= 0
+        assert 0 <= judged["false_finds"] < row["measured"] and 0 <= judged["true_fast"] <= judged["fastest_5pct"]
+    with pytest.raises(SystemExit, match=r"holds 2 measured configs of resnet18:1 on .*; at least 10 are needed") as exit_:
+        run("--targets", "resnet18:1")  # a source, two trials deep
+    assert "\n" not in str(exit_.value)
+    monkeypatch.setattr(sys, "argv", ["bench_replay_approximation.py", "--measurements", str(tmp_path / "none.jsonl")])
+    with pytest.raises(SystemExit, match="--measurements: no file at"):
+        bench_replay_approximation.main()
+
+
 def test_the_transfer_ranking_without_its_files_ends_with_one_line(tmp_path, monkeypatch):
     import bench_transfer_ranking
 

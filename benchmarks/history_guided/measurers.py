@@ -170,7 +170,7 @@ class ReplayMeasurer:
         self.approximate = approximate
         self.tables: dict[str, list[dict]] = {}
         self.target_key = target_key
-        for rec in _lines(path):
+        for rec in records(path):
             if rec["target"] == target_key:
                 self.tables.setdefault(rec["layer"], []).append(
                     {"config": rec["config"], "latency_median": rec["latency"], "status": rec["status"]})
@@ -183,7 +183,7 @@ class ReplayMeasurer:
 
     @staticmethod
     def targets_in(path: str) -> list[str]:
-        return sorted({rec["target"] for rec in _lines(path)})
+        return sorted({rec["target"] for rec in records(path)})
 
     def measure(self, layer_key: str, space, configs):
         from search.replay import ReplayBench
@@ -263,14 +263,16 @@ class ReplayMeasurer:
         pass
 
 
-def _lines(path: str):
-    """The measurement file's records, each with its config parsed; a line that is not
-    a whole record (a run killed mid-write) is skipped. Data only: json.loads, nothing run."""
+def records(path: str, *, parse_configs: bool = True):
+    """The measurement file's records, each config parsed (or, without ``parse_configs``,
+    as the file writes it); a line that is not a whole record (a run killed mid-write) is
+    skipped. Data only: json.loads, nothing run."""
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             try:
                 rec = json.loads(line)
-                yield {"target": rec["target"], "layer": rec["layer"], "config": json.loads(rec["config"]),
+                yield {"target": rec["target"], "layer": rec["layer"],
+                       "config": json.loads(rec["config"]) if parse_configs else str(rec["config"]),
                        "latency": rec["latency"], "status": rec["status"]}
             except (ValueError, KeyError, TypeError):
                 continue
