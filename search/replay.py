@@ -126,8 +126,11 @@ class ReplayBench:
         return out
 
     def approximate(self, cfg: Mapping[str, Any]) -> float:
-        """The latency ``missing`` gives a config the table lacks (table hits included:
-        a held-out check asks it of configs it was built without)."""
+        """The latency ``missing`` gives a config the table lacks. Asked of any config,
+        held in the table or not: a held-out check asks it of configs left out of the
+        table (``benchmarks/bench_replay_approximation.py``)."""
+        if self.missing == "invalid":
+            raise ValueError("this replay answers what its table lacks as invalid (missing='invalid'): nothing to approximate")
         if self.missing == "model":
             if self._surrogate is None:
                 rows = [r for r in self.table.values() if r.ok]

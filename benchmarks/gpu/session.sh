@@ -135,12 +135,14 @@
 #    counterparts match them at 0.703 each (0.31 and 0.62 now), so the weak-match default
 #    (item 3) does not apply there. Its own
 #    database (HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db), so the other
-#    items' history stays as measured; the measurement file is shared. Device time: the
+#    items' history stays as measured; the measurement file is shared (MEASUREMENTS_KEEP=
+#    /root/autotune-history/measurements_cuda.jsonl, the others'). Device time: the
 #    two sources' 512 configs (about 2.5 minutes), then the guided tuners' 2,000 answers
 #    on the two layers, most of them new (the baselines' are in the file): about 8
 #    minutes, one long call. If it meets the targets there, the six layers on that
 #    history (about 4,000 new) are the next sessions' work, as run 39 was on LLVM.
-#      HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db TAG=_plan7 bash benchmarks/gpu/session.sh history $DEEP \
+#      HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db MEASUREMENTS_KEEP=/root/autotune-history/measurements_cuda.jsonl \
+#        TAG=_plan7 bash benchmarks/gpu/session.sh history $DEEP \
 #        --source resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3 --targets resnet18:0,resnet18:1 \
 #        --exclude resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
 # Throughput on 2026-11-26 (seventh session): 0.22 s a new measurement in the progress
@@ -218,9 +220,10 @@ history|ceiling)
     esac
   fi
   # Every measurement too, so a comparison cut short by the call's limit resumes in the
-  # next call (MEASUREMENTS=path carries a returned file into a fresh machine). One file
-  # for every history database: measurements do not depend on history.
-  meas=${MEASUREMENTS_KEEP:-/root/autotune-history/measurements_cuda.jsonl}
+  # next call (MEASUREMENTS=path carries a returned file into a fresh machine). Beside the
+  # database, or where MEASUREMENTS_KEEP says: one file for several databases, since
+  # measurements do not depend on history (the plan's item 7).
+  meas=${MEASUREMENTS_KEEP:-$(dirname "$db")/measurements_cuda.jsonl}
   mkdir -p "$(dirname "$meas")"
   if [ -n "${MEASUREMENTS:-}" ] && [ ! -e "$meas" ]; then
     case "$MEASUREMENTS" in *.gz) gunzip -c "$MEASUREMENTS" > "$meas" ;; *) cp "$MEASUREMENTS" "$meas" ;; esac
@@ -299,9 +302,10 @@ plan)
   started=$(date +%s)
   deep=(--source resnet50:7,resnet50:13,resnet50:2 --history-trials 256 --history-tuner xgb --batch 16 --trials 100
         --seeds 5 --no-shared-memory-estimate)
+  keep=$(dirname "${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}")
   item() {  # HISTORY_KEEP=... before it: that item's own history database
     local n=$1 left marks; shift
-    marks=$(dirname "${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}")
+    marks=$(dirname "${HISTORY_KEEP:-$keep/history_cuda.db}")
     case " ${ITEMS:-7 2 3 6} " in *" $n "*) ;; *) return 0 ;; esac
     if [ -e "$marks/done_plan$n" ]; then echo "plan item $n: finished in an earlier call" | tee -a "$R/steps.txt"; return 0; fi
     left=$(( budget - ($(date +%s) - started) - 20 ))
@@ -310,7 +314,7 @@ plan)
     LIMIT=$left TAG=_plan$n bash "$0" history "${deep[@]}" "$@"
   }
   # item 7 first: its history holds two more sources, so it keeps its own database
-  HISTORY_KEEP=$(dirname "${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}")/at112/history_cuda.db \
+  HISTORY_KEEP=$keep/at112/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
     item 7 --source resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3 \
     --targets resnet18:0,resnet18:1 --exclude resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 \
     --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
