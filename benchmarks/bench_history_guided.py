@@ -41,7 +41,7 @@ from _emit import emit  # noqa: E402
 from history_guided.history_setup import build_history, copy_database, layers_to_complete, priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.lockstep import Run, lockstep  # noqa: E402
-from history_guided.measurers import CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
+from history_guided.measurers import APPROXIMATION_WORDS, CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
 from history_guided.progress import log  # noqa: E402
 from history_guided.scoring import (  # noqa: E402
     TOLERANCES,
@@ -92,7 +92,7 @@ def main() -> int:
                         help="answer every measurement from this measurement file (no hardware); an existing --history-db is "
                              "used as it is, a new one is built from the file as the recorded run built it")
     parser.add_argument("--replay-target", help="which target's lines to replay (default: the file's only one)")
-    parser.add_argument("--approximate", choices=("nearest", "model"), default="nearest",
+    parser.add_argument("--approximate", choices=tuple(APPROXIMATION_WORDS), default="nearest",
                         help="how a replay answers a config the file lacks: the nearest measured config's latency (as every "
                              "recorded replay did), or a surrogate model's of the layer's measured configs (fewer false finds "
                              "on the H100 file: benchmarks/bench_replay_approximation.py)")

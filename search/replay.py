@@ -34,10 +34,12 @@ from search.features import encoder_for
 from search.tuner import OK, TrialResult, Tuner
 from templates.space import Config, KnobSpace, config_to_json
 
-__all__ = ["MISSING", "ReplayBench", "Surrogate", "run_tuner", "trials_to_within"]
+__all__ = ["APPROXIMATIONS", "MISSING", "ReplayBench", "Surrogate", "run_tuner", "trials_to_within"]
 
+#: How a :class:`ReplayBench` may answer a config its table lacks with a latency.
+APPROXIMATIONS = ("nearest", "model")
 #: How a :class:`ReplayBench` answers a config its table lacks.
-MISSING = ("invalid", "nearest", "model")
+MISSING = ("invalid", *APPROXIMATIONS)
 
 
 class ReplayBench:
@@ -88,6 +90,8 @@ class ReplayBench:
         self.n_measured = 0
         self._nn: tuple[np.ndarray, list[TrialResult]] | None = None
         self._surrogate: Surrogate | None = None
+        # what the table lacks is approximated only from something that ran
+        self._approximates = missing != "invalid" and any(r.ok for r in self.table.values())
 
     @classmethod
     def from_json(cls, space: KnobSpace, source: str | os.PathLike[str] | Mapping[str, Any], **kwargs: Any) -> "ReplayBench":
@@ -119,7 +123,7 @@ class ReplayBench:
             hit = self.table.get(config_to_json(cfg))
             if hit is not None:
                 out.append(TrialResult(dict(cfg), hit.latency, hit.status))
-            elif self.missing != "invalid" and any(r.ok for r in self.table.values()):
+            elif self._approximates:
                 out.append(TrialResult(dict(cfg), self.approximate(cfg), OK))
             else:
                 out.append(TrialResult(dict(cfg), None, "invalid"))

@@ -9,6 +9,9 @@ import json
 import os
 import time
 
+#: Each replay approximation (``--approximate``) as a sentence says it.
+APPROXIMATION_WORDS = {"nearest": "the nearest measured config", "model": "a surrogate model of the measured configs"}
+
 
 class CachedMeasurer:
     """Real measurements, each distinct (layer, config) measured once.
@@ -163,10 +166,10 @@ class ReplayMeasurer:
     """
 
     def __init__(self, path: str, target_key: str, approximate: str = "nearest"):
-        from search.replay import MISSING
+        from search.replay import APPROXIMATIONS
 
-        if approximate not in MISSING or approximate == "invalid":
-            raise ValueError(f"approximate must be 'nearest' or 'model', not {approximate!r}")
+        if approximate not in APPROXIMATIONS:
+            raise ValueError(f"approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
         self.approximate = approximate
         self.tables: dict[str, list[dict]] = {}
         self.target_key = target_key
@@ -230,7 +233,7 @@ class ReplayMeasurer:
     @property
     def approximation_words(self) -> str:
         """What answered the configs the file lacks, as a sentence says it."""
-        return "the nearest measured config" if self.approximate == "nearest" else "a surrogate model of the measured configs"
+        return APPROXIMATION_WORDS[self.approximate]
 
     def approximated_in(self, layer_key: str, configs) -> int:
         """How many of ``configs`` (one run's) were answered by the approximation:

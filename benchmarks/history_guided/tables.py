@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 
+from history_guided.measurers import APPROXIMATION_WORDS
 from history_guided.scoring import dispatched_comparison, final_latency_test, final_latency_verdict, trials_to_match_baseline
 from history_guided.tuner_specs import pairs_of
 
@@ -112,8 +113,7 @@ def approximation_note(result: dict) -> str:
     shown = approximated_counts(result["layers"])
     if not shown:
         return ""
-    by = ("a surrogate model of the measured configs" if result.get("replay", {}).get("approximation") == "model"
-          else "the nearest measured config")
+    by = APPROXIMATION_WORDS[result.get("replay", {}).get("approximation", "nearest")]  # older files: nearest
     return (f"Replayed, and not every answer was in the file: answers approximated by {by}, " + shown
             + ". Those tuners' figures are estimates; measure them before trusting them.")
 
