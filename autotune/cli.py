@@ -174,7 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(h)
     h.set_defaults(func=cmd_history_best)
     h = hsub.add_parser("export", help="write history as JSON")
-    h.add_argument("file", help="output JSON file, or - for stdout")
+    # `-o` as `compile -o` and `zoo export -o` take it, or the file alone
+    out = h.add_mutually_exclusive_group(required=True)
+    out.add_argument("file", nargs="?", help="output JSON file, or - for stdout")
+    out.add_argument("--out", "-o", help="the same, as an option")
     _history_arg(h)
     h.set_defaults(func=cmd_history_export)
     h = hsub.add_parser("import", help="merge a JSON export into history (JSON only, validated)")
@@ -433,10 +436,11 @@ def cmd_history_best(args) -> int:
 def cmd_history_export(args) -> int:
     from history import export_json, open_history
 
+    path = args.out or args.file
     with open_history(args.history, create=False, readonly=True) as store:
-        n = export_json(store, sys.stdout if args.file == "-" else args.file)
-    if args.file != "-":
-        print(f"exported {n} records to {args.file}")
+        n = export_json(store, sys.stdout if path == "-" else path)
+    if path != "-":
+        print(f"exported {n} records to {path}")
     return 0
 
 

@@ -391,6 +391,29 @@ def test_history_export_to_stdout_imports_from_stdin(capsys, populated_history, 
     assert not (env / "new.db").exists()
 
 
+@pytest.mark.parametrize("how", [["-o"], ["--out"], []])
+def test_history_export_takes_its_file_as_compile_takes_its_output(capsys, populated_history, env, how):
+    """``-o FILE`` as ``compile`` and ``zoo export`` take it, or the file alone; the
+    export then imports into an empty database with every record."""
+    path, _ = populated_history
+    out = env / "export.json"
+    assert main(["history", "export", *how, str(out), "--history", path]) == 0
+    assert capsys.readouterr().out.strip() == f"exported 3 records to {out}"
+    assert main(["history", "import", str(out), "--history", str(env / "copy.db"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["added"] == 3
+
+
+@pytest.mark.parametrize("argv, says", [([], "one of the arguments"), (["a.json", "-o", "b.json"], "not allowed with")])
+def test_history_export_wants_one_output(capsys, populated_history, env, argv, says):
+    path, _ = populated_history
+    with pytest.raises(SystemExit) as exc:
+        main(["history", "export", *argv, "--history", path])
+    assert exc.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert says in line and line.endswith("(see 'autotune history export --help')")
+    assert not (env / "a.json").exists() and not (env / "b.json").exists()
+
+
 def test_run_missing_module(capsys, env):
     _user_error(capsys, ["run", "nothere.so"], contains=("module not found", "nothere.so"))
 
