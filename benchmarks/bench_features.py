@@ -12,7 +12,16 @@ Spearman rank correlation between predicted score and measured throughput on the
 held-out fold, plus how often the model's top-8 pick contains a config within 5% of the
 fold's best. Prints one JSON object.
 
+Or, with ``--measurements``, no measuring at all: each layer's configs drawn at random
+from what a measurement file of the history-guided benchmark holds for it (the H100's,
+so the question is asked of a GPU's latencies on a machine without one). Those are the
+configs tuners went for, a narrower and better pool than random ones, and the same pool
+for both feature sets.
+
 Run:  python benchmarks/bench_features.py --configs 120 --out FILE
+      python benchmarks/bench_features.py --target cuda:sm_90 --device-name NVIDIA-H100-80GB-HBM3 \\
+        --measurements benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl --no-shared-memory-estimate \\
+        --layers resnet18:0,resnet18:1,resnet18:3,resnet18:4,mobilenetv2:5,resnet18:7 --configs 600 --out FILE
 """
 
 from __future__ import annotations
@@ -84,51 +93,79 @@ def evaluate(x, latency, folds: int, seed: int) -> dict:
     return {"spearman": statistics.fmean(rhos), "top8_within_5pct": statistics.fmean(hits)}
 
 
+def measured_at_random(layer, space, measurer, n: int) -> tuple[list, np.ndarray]:
+    """``n`` random configs of the layer, measured here (those that build and run)."""
+    from search import make_tuner
+    from templates import InvalidConfig
+
+    configs, mods = [], []
+    for cfg in make_tuner("random", space, seed=7).ask(n):
+        try:
+            mods.append(space.apply(cfg))
+            configs.append(cfg)
+        except InvalidConfig:
+            pass
+    results = measurer.measure(mods)
+    keep = [i for i, r in enumerate(results) if r.latency]
+    return [configs[i] for i in keep], np.array([results[i].latency for i in keep])
+
+
+def drawn_from_file(path: str, target_key: str, layer, n: int, seed: int = 0) -> tuple[list, np.ndarray]:
+    """``n`` of the layer's measured configs in a measurement file, drawn at random."""
+    from history_guided.recorded import measured_configs
+
+    measured = sorted(measured_configs(path, target_key, layer.workload_key).items())
+    if len(measured) < 2 * 8:
+        raise SystemExit(f"error: {path} holds {len(measured)} measured configs of {layer.name} on {target_key}; "
+                         "at least 16 are needed")
+    pick = np.random.default_rng(seed).permutation(len(measured))[:n]
+    return [json.loads(measured[i][0]) for i in pick], np.array([measured[i][1] for i in pick])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="resnet18:0,resnet18:4,resnet18:11,mobilenetv2:5")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--configs", type=int, default=120)
     parser.add_argument("--folds", type=int, default=4)
+    parser.add_argument("--target", default="llvm", help="llvm (measured here), or the target of --measurements")
+    parser.add_argument("--measurements", help="draw each layer's configs from this measurement file instead of measuring")
+    parser.add_argument("--device-name", help="the GPU the file was measured on (its target key names it)")
+    parser.add_argument("--no-shared-memory-estimate", action="store_true",
+                        help="CUDA spaces as the file's runs before 2026-11-26 drew them")
     parser.add_argument("--out")
     args = parser.parse_args()
+    if args.measurements and not os.path.exists(args.measurements):
+        raise SystemExit(f"error: --measurements: no file at {args.measurements}")
 
-    from autotune import decompose, frontend
-    from autotune.measure import Measurer
-    from autotune.target import resolve_target
-    from search import make_tuner
-    from templates import InvalidConfig
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from history_guided.layers import layer_at
+    from history_guided.recorded import recorded_space, recorded_target
 
-    target = resolve_target("llvm")
-    measurer = Measurer(target)
+    target = recorded_target(args.target, args.device_name)
+    measurer = None
+    if not args.measurements:
+        from autotune.measure import Measurer
+
+        measurer = Measurer(target)
     rows = []
     for spec in args.layers.split(","):
-        model, idx = spec.split(":")
-        _, mod = frontend.load_and_fuse(model, size=args.size, batch_norm="separate")  # as recorded
-        layer = [l for l in decompose.decompose(mod) if l.tunable and l.op_class in ("conv2d", "depthwise_conv2d", "dense")][int(idx)]
-        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-        configs, mods = [], []
-        for cfg in make_tuner("random", space, seed=7).ask(args.configs):
-            try:
-                mods.append(space.apply(cfg))
-                configs.append(cfg)
-            except InvalidConfig:
-                pass
-        results = measurer.measure(mods)
-        keep = [i for i, r in enumerate(results) if r.latency]
-        configs = [configs[i] for i in keep]
-        latency = np.array([results[i].latency for i in keep])
+        layer = layer_at(spec, args.size)
+        space = recorded_space(layer, target, shared_memory_estimate=not args.no_shared_memory_estimate)
+        if args.measurements:
+            configs, latency = drawn_from_file(args.measurements, target.key, layer, args.configs)
+        else:
+            configs, latency = measured_at_random(layer, space, measurer, args.configs)
         ours, t_ours = our_features(space, configs, layer)
         theirs, t_theirs = tvm_features(space, configs, target.tvm_target)
         row = {
-            "layer": f"{model}:{layer.name}", "op_class": layer.op_class, "configs": len(configs),
+            "layer": f"{spec.partition(':')[0]}:{layer.name}", "op_class": layer.op_class, "configs": len(configs),
             "ours": {**evaluate(ours, latency, args.folds, 0), "dims": int(ours.shape[1]), "seconds_per_config": t_ours},
             "tvm_per_store": {**evaluate(theirs, latency, args.folds, 0), "dims": int(theirs.shape[1]), "seconds_per_config": t_theirs},
         }
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    measurer.close()
+    if measurer is not None:
+        measurer.close()
     summary = {
         name: {
             "mean_spearman": statistics.fmean(r[name]["spearman"] for r in rows),
@@ -137,7 +174,8 @@ def main() -> int:
         }
         for name in ("ours", "tvm_per_store")
     }
-    result = {"benchmark": "held-out rank prediction of measured latency", "target": target.key, "layers": rows, "summary": summary}
+    result = {"benchmark": "held-out rank prediction of measured latency", "target": target.key,
+              "configs_from": args.measurements or "random, measured here", "layers": rows, "summary": summary}
     emit(result, args.out, indent=1)
     return 0
 

@@ -618,6 +618,43 @@ def test_the_replay_approximation_judges_both_ways_on_a_runs_file(tmp_path, monk
         bench_replay_approximation.main()
 
 
+def test_the_feature_comparison_draws_a_layers_configs_from_a_runs_file(tmp_path, monkeypatch):
+    """``bench_features.py --measurements`` judges both feature sets on configs a file
+    measured, drawn without measuring; a layer too thin for it, or no file, ends with
+    one line."""
+    import bench_features
+    import bench_history_guided
+
+    measurements, out = tmp_path / "m.jsonl", tmp_path / "features.json"
+    monkeypatch.setattr(sys, "argv", [
+        "bench_history_guided.py", "--history-db", str(tmp_path / "h.db"), "--source", "resnet18:1", "--history-trials", "2",
+        "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb", "--trials", "24", "--batch", "8",
+        "--seeds", "1", "--measurements", str(measurements), "--out", str(tmp_path / "run.json")])
+    assert bench_history_guided.main() == 0
+    layer_key = layer_at("resnet18:0", 32).workload_key
+    latency = {r["config"]: r["latency"] for r in map(json.loads, measurements.read_text().splitlines())
+               if r["layer"] == layer_key and r["status"] == "ok"}
+
+    def run(*extra: str) -> None:
+        monkeypatch.setattr(sys, "argv", ["bench_features.py", "--measurements", str(measurements), "--size", "32",
+                                          "--configs", "16", "--folds", "2", "--out", str(out), *extra])
+        assert bench_features.main() == 0
+
+    run("--layers", "resnet18:0")
+    result = json.loads(out.read_text())
+    (row,) = result["layers"]
+    assert result["configs_from"] == str(measurements) and row["configs"] == 16 <= len(latency)
+    for name in ("ours", "tvm_per_store"):
+        assert -1.0 <= row[name]["spearman"] <= 1.0 and row[name]["dims"] > 0
+    assert row["tvm_per_store"]["dims"] > row["ours"]["dims"]  # 164 numbers a store, pooled three ways
+    with pytest.raises(SystemExit, match=r"holds 2 measured configs of .* on .*; at least 16 are needed") as exit_:
+        run("--layers", "resnet18:1")  # a source, two trials deep
+    assert "\n" not in str(exit_.value)
+    monkeypatch.setattr(sys, "argv", ["bench_features.py", "--measurements", str(tmp_path / "none.jsonl")])
+    with pytest.raises(SystemExit, match="--measurements: no file at"):
+        bench_features.main()
+
+
 def test_the_transfer_ranking_without_its_files_ends_with_one_line(tmp_path, monkeypatch):
     import bench_transfer_ranking
 
