@@ -33,10 +33,11 @@ class BuildSeconds:
     device_compile: float  # of ``compile``, in TVM's CUDA compile callback (NVRTC); 0 where untimed
     pack: float  # device code packed for the export (a fatbin where no CUDA driver is loaded)
     link: float  # the shared library written
+    digest: float = 0.0  # the generated code hashed (:func:`autotune.program_digest.program_digest`)
 
     @property
     def total(self) -> float:
-        return self.compile + self.pack + self.link
+        return self.compile + self.pack + self.link + self.digest
 
 
 def warm() -> None:
@@ -103,12 +104,14 @@ def prewarm(target, export_dir: str) -> int:
 
 @dataclass(frozen=True)
 class Built:
-    """One candidate's shared library, what its build took, and what it carries for the
-    GPU (:func:`autotune.device_code.fatbin_packer`'s summary; None off CUDA)."""
+    """One candidate's shared library, what its build took, what it carries for the
+    GPU (:func:`autotune.device_code.fatbin_packer`'s summary; None off CUDA), and which
+    program it is (:func:`autotune.program_digest.program_digest`; None: unknown)."""
 
     path: str
     seconds: BuildSeconds
     device_code: dict | None = None
+    program: str | None = None
 
 
 def build(mod, target, export_dir: str) -> Built:
@@ -119,6 +122,7 @@ def build(mod, target, export_dir: str) -> Built:
     import tvm
 
     from autotune.device_code import export_library
+    from autotune.program_digest import program_digest
 
     cuda = target.kind.name == "cuda"
     if cuda:
@@ -129,12 +133,14 @@ def build(mod, target, export_dir: str) -> Built:
     with target:
         rt_mod = tvm.compile(mod, target=target)
     t1 = time.perf_counter()
+    program = program_digest(rt_mod)
+    t2 = time.perf_counter()
     fd, path = tempfile.mkstemp(suffix=".so", dir=export_dir)
     os.close(fd)
     phases: dict[str, float] = {}
     info = export_library(rt_mod, path, target, seconds=phases)
     seconds = BuildSeconds(
         compile=t1 - t0, device_compile=(device_compile_seconds() - before) if timed else 0.0,
-        pack=phases["pack"], link=phases["link"],
+        pack=phases["pack"], link=phases["link"], digest=t2 - t1,
     )
-    return Built(path, seconds, info)
+    return Built(path, seconds, info, program)

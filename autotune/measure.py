@@ -45,6 +45,9 @@ class Measurement:
     status: str  # "ok" | "build_error" | "run_error" | "timeout" | "invalid"
     samples: list[float] = field(default_factory=list)
     error: str | None = None
+    #: Answered with the result of the same program built or timed for another candidate
+    #: (:mod:`autotune.program_digest`), not built or not timed itself.
+    twin: bool = False
 
     @property
     def latency(self) -> float | None:
@@ -60,6 +63,9 @@ class MeasureOptions:
     run_timeout: float = 30.0
     build_workers: int = 0  # 0: one per core
     rpc: str | None = None  # "host:port:key" of an RPC tracker
+    #: Build and time each program once, answering its twins (other candidates that are
+    #: the same program) with its result; False times every candidate on its own.
+    once_per_program: bool = True
 
     def __post_init__(self) -> None:
         from autotune.errors import check_count
@@ -155,6 +161,12 @@ class WarmBuilder:
         return [pool.submit(build_worker.prewarm, target, self.export_dir) for _ in range(self.max_workers)]
 
     def build(self, build_inputs: Sequence[Any]) -> list[Any]:
+        """meta-schedule's ``BuilderResult`` per input, in order."""
+        return [res for res, _ in self.build_programs(build_inputs)]
+
+    def build_programs(self, build_inputs: Sequence[Any]) -> list[tuple[Any, str | None]]:
+        """Each input's ``BuilderResult`` and which program it built
+        (:func:`autotune.program_digest.program_digest`; None when unknown or failed)."""
         from tvm.s_tir.meta_schedule.builder import BuilderResult
         from tvm.support.popen_pool import StatusKind
 
@@ -173,11 +185,11 @@ class WarmBuilder:
                 self.seconds["busy"] += built.seconds.total
                 self.seconds["device_compile"] += built.seconds.device_compile
                 slowest = max(slowest, built.seconds.total)
-                results.append(BuilderResult(built.path, None))
+                results.append((BuilderResult(built.path, None), built.program))
             elif res.status == StatusKind.TIMEOUT:
-                results.append(BuilderResult(None, f"timeout: build killed after {self.timeout_sec:.0f} s"))
+                results.append((BuilderResult(None, f"timeout: build killed after {self.timeout_sec:.0f} s"), None))
             else:
-                results.append(BuilderResult(None, f"build error: {res.value}"))
+                results.append((BuilderResult(None, f"build error: {res.value}"), None))
         self.seconds["slowest"] += slowest
         return results
 
@@ -221,6 +233,11 @@ class Measurer:
         self.runner_generation = 0  # how many times the local runner's worker was replaced
         #: Wall seconds spent building and timing, cumulative: where measurement time goes.
         self.seconds = {"build": 0.0, "run": 0.0}
+        #: Candidates answered by their twins (:meth:`measure`): structurally equal to one
+        #: built in the same batch (``not_built``), or built and found to be a program
+        #: timed already (``not_timed``).
+        self.twins = {"not_built": 0, "not_timed": 0}
+        self._timed: dict[str, Measurement] = {}  # program digest -> its timing
         self._failed_batches = 0  # over RPC: batches in a row with nothing timed
 
     def _make_runner(self):
@@ -256,40 +273,85 @@ class Measurer:
         return bool(self.options.rpc) or self.target.has_device
 
     def measure(self, mods: Sequence[Any]) -> list[Measurement]:
-        """Build all, then time each successful build; order matches ``mods``."""
+        """Build all, then time each successful build; order matches ``mods``.
+
+        Each program is built and timed once (:mod:`autotune.program_digest`): a module
+        structurally equal to another of the batch is not built, and one whose generated
+        code is a program built in this batch or timed before is not timed; each gets that
+        program's result, marked ``twin``. ``twins`` counts both kinds."""
         ms = self._ms
         target = self.target.tvm_target
+        once = self.options.once_per_program
+        same_as = self._schedule_twins(mods) if once else list(range(len(mods)))
+        firsts = [i for i, j in enumerate(same_as) if i == j]
         t0 = time.perf_counter()
-        built = self.builder.build([ms.builder.BuilderInput(m, target) for m in mods])
+        built = self.builder.build_programs([ms.builder.BuilderInput(mods[i], target) for i in firsts])
         self.seconds["build"] += time.perf_counter() - t0
-        out: list[Measurement | None] = [None] * len(mods)
-        run_inputs, run_slots = [], []
+        out: dict[int, Measurement] = {}
+        run_inputs, run_slots, run_programs = [], [], []
+        running: dict[str, int] = {}  # program -> the slot of this batch that times it
+        takes_from: dict[int, int] = {}  # slot -> the slot of this batch whose timing it takes
         device_type = "cuda" if self.target.kind == "cuda" else "cpu"
-        for i, (mod, res) in enumerate(zip(mods, built)):
+        for i, (res, program) in zip(firsts, built):
             if res.error_msg:
                 status = "timeout" if res.error_msg.startswith("timeout") else "build_error"
                 out[i] = Measurement(status, error=_short(res.error_msg))
                 continue
-            args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+            if once and program is not None:
+                if program in self._timed or program in running:
+                    if program in self._timed:
+                        out[i] = _twin_of(self._timed[program])
+                    else:
+                        takes_from[i] = running[program]
+                    self.twins["not_timed"] += 1
+                    _remove(res.artifact_path)
+                    continue
+                running[program] = i
+            args_info = ms.arg_info.ArgInfo.from_prim_func(mods[i]["main"])
             run_inputs.append(ms.runner.RunnerInput(res.artifact_path, device_type, args_info))
             run_slots.append(i)
+            run_programs.append(program)
         t0 = time.perf_counter()
         if run_inputs:
             runner = self._current_runner()
             self._runner_uses += len(run_inputs)
             futures = runner.run(run_inputs)
-            for slot, fut, rin in zip(run_slots, futures, run_inputs):
+            for slot, fut, rin, program in zip(run_slots, futures, run_inputs, run_programs):
                 result = fut.result()
                 if result.error_msg:
                     status = "timeout" if "timeout" in result.error_msg.lower() else "run_error"
                     out[slot] = Measurement(status, error=_short(result.error_msg))
                 else:
                     out[slot] = Measurement("ok", samples=[float(s) for s in result.run_secs])
+                    if once and program is not None:
+                        self._timed[program] = out[slot]  # a failure is not kept: it may pass next time
                 _remove(rin.artifact_path)
         self.seconds["run"] += time.perf_counter() - t0
+        for i, j in takes_from.items():
+            out[i] = _twin_of(out[j])
+        for i, j in enumerate(same_as):
+            if i != j:
+                out[i] = _twin_of(out[j])
+                self.twins["not_built"] += 1
         if self.options.rpc and run_slots:
             self._check_server([out[slot] for slot in run_slots])
-        return [m for m in out if m is not None]
+        return [out[i] for i in range(len(mods))]
+
+    @staticmethod
+    def _schedule_twins(mods: Sequence[Any]) -> list[int]:
+        """For each module, the first of ``mods`` structurally equal to it (itself if none)."""
+        from autotune.program_digest import same_schedule, scheduled_key
+
+        same_as = list(range(len(mods)))
+        seen: dict[int, list[int]] = {}
+        for i, mod in enumerate(mods):
+            bucket = seen.setdefault(scheduled_key(mod), [])
+            twin = next((j for j in bucket if same_schedule(mods[j], mod)), None)
+            if twin is None:
+                bucket.append(i)
+            else:
+                same_as[i] = twin
+        return same_as
 
     def _check_server(self, timed: list[Measurement]) -> None:
         """Stop the tune when the ``--rpc`` server has stopped answering.
@@ -325,6 +387,10 @@ class Measurer:
         pool = getattr(self.runner, "pool", None)
         if pool is not None:
             pool.shutdown()
+
+
+def _twin_of(m: Measurement) -> Measurement:
+    return Measurement(m.status, list(m.samples), m.error, twin=True)
 
 
 def _parse_rpc(text: str) -> tuple[str, int, str]:

@@ -219,6 +219,10 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     spent = report.get("measure_seconds")
     if isinstance(spent, Mapping) and any(_num(v) for v in spent.values()):
         caption += f"  measuring: build {_num(spent.get('build')) or 0:.0f} s, run {_num(spent.get('run')) or 0:.0f} s"
+        twins = report.get("measure_twins")
+        reused = sum(_num(v) or 0 for v in twins.values()) if isinstance(twins, Mapping) else 0
+        if reused:
+            caption += f", {reused:.0f} twin programs answered unmeasured"
     if report.get("run_id"):
         caption += f"  run {report['run_id']}"
 

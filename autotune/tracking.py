@@ -556,6 +556,10 @@ def finish_with_report(tracker: Tracker, report: Mapping[str, Any], out_dir: str
     if isinstance(spent, Mapping):
         for part in ("build", "run"):
             tracker.log_metric(f"measure_{part}_s", spent.get(part))
+    twins = report.get("measure_twins")
+    if isinstance(twins, Mapping):
+        for kind, count in twins.items():
+            tracker.log_metric(f"measure_twins_{kind}", count)
 
     from autotune.report import summary_rows
 

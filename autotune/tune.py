@@ -303,6 +303,9 @@ class TuneSession:
             # against timing them; both zero when history answered every layer
             spent = self._measurer.seconds if self._measurer is not None else {"build": 0.0, "run": 0.0}
             report["measure_seconds"] = {k: round(v, 2) for k, v in spent.items()}
+            # candidates that were the same program as one built or timed for another
+            # (autotune.program_digest): answered with its timing, not measured again
+            report["measure_twins"] = dict(self._measurer.twins) if self._measurer is not None else {}
             status = "finished"
         except KeyboardInterrupt:
             status = "killed"

@@ -213,6 +213,7 @@ def main() -> int:
                         **({"other_target_discount": args.other_target_discount} if args.other_target_discount is not None else {})},
             "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
             **({"measure_seconds": {k: round(v, 1) for k, v in cost.items()}} if (cost := cm.cost_seconds()) else {}),
+            **({"measure_twins": twins} if (twins := cm.twins()) is not None else {}),
             **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked,
                                   "approximated": cm.approximations, "approximation": cm.approximate}} if args.replay else {}),
             "layers": rows, "summary": summary,

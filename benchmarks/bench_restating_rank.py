@@ -38,16 +38,14 @@ def measured_by_layer(path: str, target_key: str, workload_keys: Collection[str]
     """Layer -> the valid configs and their latencies a measurement file holds for it on
     one target (in its first ``first_lines`` lines: the file as it stood before a later
     run appended), for the layers ``workload_keys``, in one pass over the file."""
+    from history_guided.measurers import records
+
     out: dict[str, tuple[list[dict], list[float]]] = {k: ([], []) for k in workload_keys}
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh):
-            if first_lines is not None and number >= first_lines:
-                break
-            rec = json.loads(line)
-            slot = out.get(rec["layer"])
-            if slot is not None and rec["target"] == target_key and rec["status"] == "ok":
-                slot[0].append(json.loads(rec["config"]))
-                slot[1].append(float(rec["latency"]))
+    for rec in records(path, lines=(0, first_lines)):
+        slot = out.get(rec["layer"])
+        if slot is not None and rec["target"] == target_key and rec["status"] == "ok":
+            slot[0].append(rec["config"])
+            slot[1].append(float(rec["latency"]))
     return out
 
 

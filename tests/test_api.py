@@ -148,6 +148,7 @@ def test_tune_compile_run_through_the_api(tmp_path):
     # where measuring went, as the table's caption says it too
     assert report["measure_seconds"]["build"] > 0 and report["measure_seconds"]["run"] > 0
     assert "measuring: build" in (tmp_path / "run" / "layers.txt").read_text()
+    assert set(report["measure_twins"]) == {"not_built", "not_timed"}  # candidates answered by a twin program
     with open_history(str(history), readonly=True) as store:
         assert len([r for r in store.records() if r.tuner == "random" and r.status != "invalid"]) == 4
         # compile takes history's best: a tuned config where one beat TVM's default (with

@@ -618,22 +618,35 @@ def test_the_replay_approximation_judges_both_ways_on_a_runs_file(tmp_path, monk
         bench_replay_approximation.main()
 
 
-def test_the_feature_comparison_draws_a_layers_configs_from_a_runs_file(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def measured_run(tmp_path_factory):
+    """A small measured run's file (ResNet-18's first conv at 32x32, 24 cold-XGBoost
+    trials; a source two trials deep) and the target layer's measured configs, for the
+    offline analyses that read such files."""
+    import bench_history_guided
+
+    tmp = tmp_path_factory.mktemp("measured_run")
+    measurements = tmp / "m.jsonl"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", [
+            "bench_history_guided.py", "--history-db", str(tmp / "h.db"), "--source", "resnet18:1", "--history-trials", "2",
+            "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb", "--trials", "24", "--batch", "8",
+            "--seeds", "1", "--measurements", str(measurements), "--out", str(tmp / "run.json")])
+        assert bench_history_guided.main() == 0
+    layer_key = layer_at("resnet18:0", 32).workload_key
+    latency = {r["config"]: r["latency"] for r in map(json.loads, measurements.read_text().splitlines())
+               if r["layer"] == layer_key and r["status"] == "ok"}
+    return measurements, latency
+
+
+def test_the_feature_comparison_draws_a_layers_configs_from_a_runs_file(measured_run, tmp_path, monkeypatch):
     """``bench_features.py --measurements`` judges both feature sets on configs a file
     measured, drawn without measuring; a layer too thin for it, or no file, ends with
     one line."""
     import bench_features
-    import bench_history_guided
 
-    measurements, out = tmp_path / "m.jsonl", tmp_path / "features.json"
-    monkeypatch.setattr(sys, "argv", [
-        "bench_history_guided.py", "--history-db", str(tmp_path / "h.db"), "--source", "resnet18:1", "--history-trials", "2",
-        "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb", "--trials", "24", "--batch", "8",
-        "--seeds", "1", "--measurements", str(measurements), "--out", str(tmp_path / "run.json")])
-    assert bench_history_guided.main() == 0
-    layer_key = layer_at("resnet18:0", 32).workload_key
-    latency = {r["config"]: r["latency"] for r in map(json.loads, measurements.read_text().splitlines())
-               if r["layer"] == layer_key and r["status"] == "ok"}
+    measurements, latency = measured_run
+    out = tmp_path / "features.json"
 
     def run(*extra: str) -> None:
         monkeypatch.setattr(sys, "argv", ["bench_features.py", "--measurements", str(measurements), "--size", "32",
@@ -653,6 +666,33 @@ def test_the_feature_comparison_draws_a_layers_configs_from_a_runs_file(tmp_path
     monkeypatch.setattr(sys, "argv", ["bench_features.py", "--measurements", str(tmp_path / "none.jsonl")])
     with pytest.raises(SystemExit, match="--measurements: no file at"):
         bench_features.main()
+
+
+def test_program_twins_are_counted_among_a_runs_measured_configs(measured_run, tmp_path, monkeypatch):
+    """``bench_program_twins.py`` compiles and digests a layer's measured configs (a
+    stretch of the file's lines, or a random draw) and counts schedules and programs; a
+    bad stretch, or one without the layer, ends with one line."""
+    import bench_program_twins
+
+    measurements, latency = measured_run
+    out = tmp_path / "twins.json"
+
+    def run(*extra: str) -> dict:
+        monkeypatch.setattr(sys, "argv", ["bench_program_twins.py", "--measurements", str(measurements), "--size", "32",
+                                          "--layers", "resnet18:0", "--out", str(out), *extra])
+        assert bench_program_twins.main() == 0
+        (row,) = json.loads(out.read_text())["layers"]
+        return row
+
+    every = run("--lines", "0:")
+    assert every["measured"] == every["drawn"] == len(latency)
+    assert every["distinct_programs"] <= every["distinct_schedules"] <= every["drawn"]
+    assert every["twins"] == every["drawn"] - every["distinct_programs"] >= 0
+    drawn = run("--configs", "5")
+    assert drawn["drawn"] == 5 and drawn["distinct_programs"] <= 5
+    for bad, says in (("5", "is not START:END"), ("0:2", "no measured config of resnet18:0")):
+        with pytest.raises(SystemExit, match=says):
+            run("--lines", bad)
 
 
 def test_the_transfer_ranking_without_its_files_ends_with_one_line(tmp_path, monkeypatch):

@@ -21,6 +21,68 @@ def _matmul(n: int):
     return tvm.IRModule({"main": te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")})
 
 
+def _unrolled(n: int, max_step: int):
+    """The matmul with its reduction loop unrolled up to ``max_step``: any limit at or
+    above the loop's extent gives one program, as an unroll knob's upper values do."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(_matmul(n))
+    _, _, k = sch.get_loops(sch.get_sblock("C"))
+    sch.annotate(k, "pragma_auto_unroll_max_step", max_step)
+    sch.annotate(k, "pragma_unroll_explicit", 1)
+    return sch.mod
+
+
+def test_the_program_digest_tells_twins_from_other_programs() -> None:
+    """Schedules that differ only in what lowering erases are one program; a build of
+    one schedule digests the same each time (LLVM IR's pointer-named metadata aside);
+    another program digests otherwise."""
+    from autotune.program_digest import canonical_source, program_digest, same_schedule, scheduled_key
+
+    target = resolve_target("llvm").tvm_target
+
+    def digest(mod):
+        with target:
+            return program_digest(tvm.compile(mod, target=target))
+
+    full_16, full_64, none = _unrolled(8, 16), _unrolled(8, 64), _unrolled(8, 0)
+    assert scheduled_key(full_16) != scheduled_key(full_64) and not same_schedule(full_16, full_64)
+    assert digest(full_16) == digest(full_64) == digest(_unrolled(8, 16))
+    assert digest(none) != digest(full_16) and digest(_matmul(16)) != digest(_matmul(8))
+    assert same_schedule(_matmul(8), _matmul(8)) and scheduled_key(_matmul(8)) == scheduled_key(_matmul(8))
+    ir = '!7 = !{!"0x55d1", !8}\n!9 = !{!"0x55e2.w256.b0", !7}\n!10 = !{!"0x55d1.w512.b0"}\n!11 = !{!"0x1 total"}'
+    assert canonical_source(ir) == '!7 = !{!"p0", !8}\n!9 = !{!"p1.w256.b0", !7}\n!10 = !{!"p0.w512.b0"}\n!11 = !{!"0x1 total"}'
+
+
+def test_each_program_is_built_and_timed_once_and_its_twins_take_its_timing() -> None:
+    """A structurally equal module is not built, one that builds to a program already
+    timed (this batch or an earlier one) is not timed; each twin gets that timing, and
+    the measurer counts both kinds. With ``once_per_program=False`` every candidate is
+    built and timed on its own."""
+    opts = dict(repeat=2, min_repeat_ms=1, build_workers=1)
+    measurer = Measurer(resolve_target("llvm"), MeasureOptions(**opts))
+    try:
+        batch = [_unrolled(8, 16), _unrolled(8, 16), _unrolled(8, 64), _unrolled(8, 0)]
+        first = measurer.measure(batch)
+        assert [r.status for r in first] == ["ok"] * 4, [r.error for r in first]
+        assert [r.twin for r in first] == [False, True, True, False]
+        assert first[0].samples == first[1].samples == first[2].samples != first[3].samples
+        assert measurer.twins == {"not_built": 1, "not_timed": 1}
+        assert measurer.builder._uses == 3  # the structural twin was never sent to a worker
+        (later,) = measurer.measure([_unrolled(8, 32)])  # another schedule, a program timed above
+        assert later.twin and later.samples == first[0].samples
+        assert measurer.twins == {"not_built": 1, "not_timed": 2}
+    finally:
+        measurer.close()
+    each = Measurer(resolve_target("llvm"), MeasureOptions(**opts, once_per_program=False))
+    try:
+        results = each.measure([_unrolled(8, 16), _unrolled(8, 16)])
+        assert [r.twin for r in results] == [False, False] and each.builder._uses == 2
+        assert results[0].samples != results[1].samples  # timed twice: two draws of the noise
+    finally:
+        each.close()
+
+
 def test_local_runner_worker_is_recycled_and_timing_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner's worker loads every module it times and never unloads one; long
     sessions must get a fresh worker instead of one that eventually hangs."""

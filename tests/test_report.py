@@ -120,6 +120,7 @@ def test_format_table_lists_each_layer() -> None:
     assert "resnet18" in text and "12.300 ms -> 8.100 ms" in text
     assert "4.48x" in text  # conv speedup 0.94/0.21
     assert "history (warm)" in text
+    assert "8 twin programs answered unmeasured" in " ".join(text.split())  # 3 not built + 5 not timed
 
 
 def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:

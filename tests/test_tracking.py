@@ -31,6 +31,7 @@ def make_report() -> dict[str, Any]:
         "model_latency_before": 0.0123,
         "model_latency_after": 0.0081,
         "measure_seconds": {"build": 41.5, "run": 12.25},
+        "measure_twins": {"not_built": 3, "not_timed": 5},
         "roofline": {"peak_flops": 1.0e12, "peak_bw": 5.0e10, "source": "measured", "device_name": "Test CPU 9000"},
         "layers": [
             {
@@ -135,6 +136,7 @@ def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
     assert parent.data.metrics["model_latency_after_ms"] == pytest.approx(8.1)
     assert parent.data.metrics["model_speedup"] == pytest.approx(0.0123 / 0.0081)
     assert parent.data.metrics["measure_build_s"] == 41.5 and parent.data.metrics["measure_run_s"] == 12.25
+    assert parent.data.metrics["measure_twins_not_built"] == 3 and parent.data.metrics["measure_twins_not_timed"] == 5
 
     kids = children_of(client, run_id)
     assert set(kids) == {"fused_conv2d_add_relu", "fused_dense_add"}

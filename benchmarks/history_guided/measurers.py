@@ -112,13 +112,19 @@ class CachedMeasurer:
                 "build_device_compile_per_worker": builder.seconds["device_compile"] / builder.max_workers,
                 "build_slowest": builder.seconds["slowest"], "build_workers": builder.max_workers}
 
+    def twins(self) -> dict[str, int]:
+        """Candidates answered by a twin program's result so far (:meth:`autotune.measure.Measurer.measure`)."""
+        return dict(self.measurer.twins)
+
     def cost_summary(self) -> str:
         """:meth:`cost_seconds` as a progress-line suffix."""
         c = self.cost_seconds()
         device = c["build_device_compile_per_worker"]  # CUDA on a GPU machine: NVRTC
+        twins = self.measurer.twins
         return (f"apply {c['apply']:.0f} s, build {c['build']:.0f} s, run {c['run']:.0f} s; "
                 f"build workers busy {c['build_busy_per_worker']:.0f} s each"
-                f"{f' ({device:.0f} s compiling device code)' if device else ''}, slowest builds {c['build_slowest']:.0f} s")
+                f"{f' ({device:.0f} s compiling device code)' if device else ''}, slowest builds {c['build_slowest']:.0f} s; "
+                f"twin programs answered unmeasured: {twins['not_built']} not built, {twins['not_timed']} built, not timed")
 
     def close(self) -> None:
         self.measurer.close()
@@ -227,6 +233,10 @@ class ReplayMeasurer:
         """A replay spends no measurement time."""
         return None
 
+    def twins(self) -> None:
+        """A replay builds nothing."""
+        return None
+
     def cost_summary(self) -> str:
         return f"replayed, {self.approximations} of {self.asked} answered by {self.approximation_words}"
 
@@ -266,12 +276,19 @@ class ReplayMeasurer:
         pass
 
 
-def records(path: str, *, parse_configs: bool = True):
+def records(path: str, *, parse_configs: bool = True, lines: tuple[int, int | None] | None = None):
     """The measurement file's records, each config parsed (or, without ``parse_configs``,
     as the file writes it); a line that is not a whole record (a run killed mid-write) is
-    skipped. Data only: json.loads, nothing run."""
+    skipped. ``lines``: only lines ``start`` to ``stop`` (zero-based, stop excluded; None:
+    to the end), e.g. what one session appended, or the file as it stood before. Data
+    only: json.loads, nothing run."""
+    start, stop = lines if lines is not None else (0, None)
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
+        for number, line in enumerate(fh):
+            if number < start:
+                continue
+            if stop is not None and number >= stop:
+                break
             try:
                 rec = json.loads(line)
                 yield {"target": rec["target"], "layer": rec["layer"],

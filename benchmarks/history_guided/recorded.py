@@ -29,8 +29,10 @@ def recorded_space(layer, target, *, shared_memory_estimate: bool = True):
     return MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **options)
 
 
-def measured_configs(path: str, target_key: str, layer_key: str) -> dict[str, float]:
-    """The layer's successfully measured configs in a measurement file, as the file
-    writes each config (JSON text) -> its latency in seconds."""
-    return {rec["config"]: float(rec["latency"]) for rec in records(path, parse_configs=False)
+def measured_configs(path: str, target_key: str, layer_key: str,
+                     lines: tuple[int, int | None] | None = None) -> dict[str, float]:
+    """The layer's successfully measured configs in a measurement file (in its ``lines``,
+    :func:`history_guided.measurers.records`), as the file writes each config (JSON text)
+    -> its latency in seconds, in the file's order."""
+    return {rec["config"]: float(rec["latency"]) for rec in records(path, parse_configs=False, lines=lines)
             if rec["target"] == target_key and rec["layer"] == layer_key and rec["status"] == "ok" and rec["latency"]}
