@@ -46,6 +46,7 @@ from history_guided.progress import log  # noqa: E402
 from history_guided.scoring import (  # noqa: E402
     TOLERANCES,
     dispatched_comparison,
+    final_config,
     final_latencies,
     final_latency_test,
     trials_to_match_baseline,
@@ -245,7 +246,10 @@ def main() -> int:
             finals = final_latencies(curves[t])
             entry = {"median_final_latency_s": statistics.median(finals) if finals else None,
                      "overhead_s_per_config": statistics.median(overhead[t]),
-                     "curves": curves[t]}
+                     "curves": curves[t],
+                     # per seed, the config its final latency came from (JSON text; None where
+                     # nothing ran): what benchmarks/retime_finals.py times again side by side
+                     "final_configs": [final_config(runs[t, seed].tuner.state.results) for seed in range(args.seeds)]}
             for tol in TOLERANCES:
                 hits = [trials_to_within(c, best_known, tol) for c in curves[t]]
                 # an unreached target counts as trials+1 (a lower bound on the true figure)

@@ -620,9 +620,9 @@ def test_the_replay_approximation_judges_both_ways_on_a_runs_file(tmp_path, monk
 
 @pytest.fixture(scope="module")
 def measured_run(tmp_path_factory):
-    """A small measured run's file (ResNet-18's first conv at 32x32, 24 cold-XGBoost
-    trials; a source two trials deep) and the target layer's measured configs, for the
-    offline analyses that read such files."""
+    """A small measured run (ResNet-18's first conv at 32x32, cold and transfer XGBoost,
+    two seeds of 12 trials; a source two trials deep): its measurement file, the target
+    layer's measured configs and the result file, for the analyses that read them."""
     import bench_history_guided
 
     tmp = tmp_path_factory.mktemp("measured_run")
@@ -630,13 +630,13 @@ def measured_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "argv", [
             "bench_history_guided.py", "--history-db", str(tmp / "h.db"), "--source", "resnet18:1", "--history-trials", "2",
-            "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb", "--trials", "24", "--batch", "8",
-            "--seeds", "1", "--measurements", str(measurements), "--out", str(tmp / "run.json")])
+            "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb,tl_xgb", "--trials", "12", "--batch", "6",
+            "--seeds", "2", "--measurements", str(measurements), "--out", str(tmp / "run.json")])
         assert bench_history_guided.main() == 0
     layer_key = layer_at("resnet18:0", 32).workload_key
     latency = {r["config"]: r["latency"] for r in map(json.loads, measurements.read_text().splitlines())
                if r["layer"] == layer_key and r["status"] == "ok"}
-    return measurements, latency
+    return measurements, latency, tmp / "run.json"
 
 
 def test_the_feature_comparison_draws_a_layers_configs_from_a_runs_file(measured_run, tmp_path, monkeypatch):
@@ -645,7 +645,7 @@ def test_the_feature_comparison_draws_a_layers_configs_from_a_runs_file(measured
     one line."""
     import bench_features
 
-    measurements, latency = measured_run
+    measurements, latency, _ = measured_run
     out = tmp_path / "features.json"
 
     def run(*extra: str) -> None:
@@ -674,7 +674,7 @@ def test_program_twins_are_counted_among_a_runs_measured_configs(measured_run, t
     bad stretch, or one without the layer, ends with one line."""
     import bench_program_twins
 
-    measurements, latency = measured_run
+    measurements, latency, _ = measured_run
     out = tmp_path / "twins.json"
 
     def run(*extra: str) -> dict:
@@ -693,6 +693,44 @@ def test_program_twins_are_counted_among_a_runs_measured_configs(measured_run, t
     for bad, says in (("5", "is not START:END"), ("0:2", "no measured config of resnet18:0")):
         with pytest.raises(SystemExit, match=says):
             run("--lines", bad)
+
+
+def test_each_tuners_final_configs_are_timed_again_side_by_side(measured_run, tmp_path, monkeypatch):
+    """A result names each seed's final config, the one its final latency came from;
+    ``retime_finals.py`` times them all again and tests the pair on those timings. A
+    result without final configs, or none at all, ends with one line."""
+    import bench_history_guided  # noqa: F401  (puts the benchmarks' folder on the path)
+    import retime_finals
+
+    measurements, latency, run_json = measured_run
+    result = json.loads(run_json.read_text())
+    (row,) = result["layers"]
+    for name in ("xgb", "tl_xgb"):
+        entry = row["tuners"][name]
+        assert len(entry["final_configs"]) == 2
+        for config, curve in zip(entry["final_configs"], entry["curves"]):
+            assert latency[config] == curve[-1]  # the config the final latency came from
+    out = tmp_path / "retimed.json"
+    monkeypatch.setattr(sys, "argv", ["retime_finals.py", "--results", str(run_json), "--rounds", "2",
+                                      "--repeat", "2", "--out", str(out)])
+    assert retime_finals.main() == 0
+    retimed = json.loads(out.read_text())
+    (again,) = retimed["layers"]
+    finals = {c for e in row["tuners"].values() for c in e["final_configs"]}
+    assert again["configs_retimed"] == len(finals) and retimed["rounds"] == 2
+    for name in ("xgb", "tl_xgb"):
+        assert again["tuners"][name]["recorded_s"] == [c[-1] for c in row["tuners"][name]["curves"]]
+        assert all(t is not None and t > 0 for t in again["tuners"][name]["retimed_s"])
+    pair = again["pairs"]["xgb/tl_xgb"]
+    assert pair["recorded"] == row["xgb/tl_xgb@final_latency_test"] and pair["retimed"]["seeds"] == [2, 2]
+    for entry in row["tuners"].values():
+        del entry["final_configs"]
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps(result))
+    for path, says in ((stale, "has no final_configs"), (tmp_path / "none.json", "--results: no file at")):
+        monkeypatch.setattr(sys, "argv", ["retime_finals.py", "--results", str(path)])
+        with pytest.raises(SystemExit, match=says):
+            retime_finals.main()
 
 
 def test_the_transfer_ranking_without_its_files_ends_with_one_line(tmp_path, monkeypatch):

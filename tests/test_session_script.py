@@ -32,8 +32,8 @@ WAITS = r"plan item {}: (39|40)s left, for the next call"  # 60 s less 20 in han
 
 
 def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
-    lines = _plan(tmp_path, BUDGET="60")  # item 1 is done (its answers committed); 4 and 5 wait: 7 first, 2, 3, 6
-    assert len(lines) == 4 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((7, 2, 3, 6), lines))
+    lines = _plan(tmp_path, BUDGET="60")  # item 1 is done (its answers committed); 4 and 5 wait: 8, 7, 2, 3, 6
+    assert len(lines) == 5 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((8, 7, 2, 3, 6), lines))
     lines = _plan(tmp_path, BUDGET="60", ITEMS="1 2 3")
     assert len(lines) == 3 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((1, 2, 3), lines))
 
@@ -41,7 +41,9 @@ def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
 def test_a_finished_item_is_skipped_and_items_can_be_picked(tmp_path):
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "done_plan2").touch()  # what a `history` run with TAG=_plan2 leaves when it finishes
-    assert _plan(tmp_path, BUDGET="60")[1] == "plan item 2: finished in an earlier call"  # after item 7
+    assert _plan(tmp_path, BUDGET="60")[2] == "plan item 2: finished in an earlier call"  # after items 8 and 7
+    (tmp_path / "keep" / "done_plan8").touch()  # what `retime` with TAG=_plan8 leaves beside the database
+    assert _plan(tmp_path, BUDGET="60", ITEMS="8")[0] == "plan item 8: finished in an earlier call"
     (line,) = _plan(tmp_path, BUDGET="60", ITEMS="1")
     assert re.fullmatch(WAITS.format(1), line)
     # item 7 keeps its own history database beside the others', and its marker there

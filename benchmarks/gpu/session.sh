@@ -40,6 +40,7 @@
 #   bash benchmarks/gpu/session.sh zoo       # dqn, autoencoder, speech, seq2seq, memnet: tune, export, check
 #   bash benchmarks/gpu/session.sh nvrtc     # NVRTC with and without the build workers' header cache
 #   bash benchmarks/gpu/session.sh builds    # what a candidate build is made of: compile, NVRTC, link, pool waiting
+#   bash benchmarks/gpu/session.sh retime    # each tuner's final configs timed again side by side (RESULTS, ROUNDS)
 #   BUDGET=540 bash benchmarks/gpu/session.sh plan  # the plan's open items in order, call after call
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
@@ -74,7 +75,7 @@
 # time near K is the rounds' tails). The H100's 2.4 worker-seconds a build wait on this.
 #
 # The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after);
-# `session.sh plan` runs its items 7, 2, 3 and 6 (any with ITEMS="...") with these arguments (below).
+# `session.sh plan` runs its items 8, 7, 2, 3 and 6 (any with ITEMS="...") with these arguments (below).
 # Done on 2026-11-26: the targets' nearest neighbours (ResNet-50's conv2d7, conv2d13,
 # conv2d2) deepened from 64 to 256 with cold XGBoost (sixth session), and on that history
 # conv2d3, conv2d1 and the first conv at 100 trials, conv2d3 and conv2d1 also with the
@@ -145,6 +146,13 @@
 #        TAG=_plan7 bash benchmarks/gpu/session.sh history $DEEP \
 #        --source resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3 --targets resnet18:0,resnet18:1 \
 #        --exclude resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
+# 8. First, about a minute: every seed's final config of the six-layer table (today's
+#    defaults, the twelfth session's exact replay; benchmarks/gpu/finals_h100_six_layers.json)
+#    timed again, three rounds side by side, and the pairs' finals compared on those
+#    timings. On MobileNetV2's conv2d5 the same program, timed twice in one session, came
+#    back 5% apart in the median (benchmarks/bench_program_twins.py), as wide as transfer
+#    XGBoost's "higher" final there (3.60 against 3.39 us): this says whether that holds.
+#      TAG=_plan8 bash benchmarks/gpu/session.sh retime
 # Throughput on 2026-11-26 (seventh session): 0.22 s a new measurement in the progress
 # lines' apply, build and run seconds (0.28 s in the sixth), building 0.149 s of it (0.212)
 # since the build workers reuse NVRTC's parsed headers (autotune/nvrtc_headers.py; on the
@@ -282,6 +290,18 @@ builds)
   step builds "${LIMIT:-240}" $py benchmarks/profile_builds.py --layer "${LAYER:-resnet18:4}" --target cuda \
     --builds "${BUILDS:-160}" --out "$R/builds.json" "$@"
   ;;
+retime)
+  # Each tuner's final configs timed again side by side (benchmarks/retime_finals.py): on
+  # a kernel whose timings are noisy (MobileNetV2's conv2d5: the same program came back 5%
+  # apart in the median), is a final lower by luck? RESULTS: a result file with final
+  # configs (default the six-layer table's, made by exact replay here; about a minute).
+  db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
+  mkdir -p "$(dirname "$db")"
+  if step retime "${LIMIT:-300}" $py benchmarks/retime_finals.py --results "${RESULTS:-benchmarks/gpu/finals_h100_six_layers.json}" \
+      --target cuda --rounds "${ROUNDS:-3}" --out "$R/retimed_finals_cuda${TAG:-}.json" "$@"; then
+    touch "$(dirname "$db")/done${TAG:-}"  # finished: `plan` skips it in later calls
+  fi
+  ;;
 zoo)
   # The zoo models added on 2026-11-25, none of which has run on a GPU: tune, export, and
   # run the export against ONNX's reference.
@@ -296,8 +316,9 @@ plan)
   # BUDGET seconds for this call (default 560): run the same command call after call. An
   # item cut short resumes from the measurement file; a finished one (its marker beside
   # the history database) is skipped; one that would get under 90 s waits for the next
-  # call. ITEMS picks which (default "7 2 3 6", run in the order below: item 1 is done,
-  # every answer in the committed file; 4 and 5 wait). Each item's archive is gpu-history_planN.tgz.
+  # call. ITEMS picks which (default "8 7 2 3 6", run in the order below: item 1 is done,
+  # every answer in the committed file; 4 and 5 wait). Each item's archive is gpu-history_planN.tgz
+  # (item 8's gpu-retime_plan8.tgz).
   budget=${BUDGET:-560}
   started=$(date +%s)
   deep=(--source resnet50:7,resnet50:13,resnet50:2 --history-trials 256 --history-tuner xgb --batch 16 --trials 100
@@ -306,14 +327,20 @@ plan)
   item() {  # HISTORY_KEEP=... before it: that item's own history database
     local n=$1 left marks; shift
     marks=$(dirname "${HISTORY_KEEP:-$keep/history_cuda.db}")
-    case " ${ITEMS:-7 2 3 6} " in *" $n "*) ;; *) return 0 ;; esac
+    case " ${ITEMS:-8 7 2 3 6} " in *" $n "*) ;; *) return 0 ;; esac
     if [ -e "$marks/done_plan$n" ]; then echo "plan item $n: finished in an earlier call" | tee -a "$R/steps.txt"; return 0; fi
     left=$(( budget - ($(date +%s) - started) - 20 ))
     if [ "$left" -lt 90 ]; then echo "plan item $n: ${left}s left, for the next call" | tee -a "$R/steps.txt"; return 0; fi
     echo "plan item $n: LIMIT=$left" | tee -a "$R/steps.txt"
-    LIMIT=$left TAG=_plan$n bash "$0" history "${deep[@]}" "$@"
+    if [ "${MODE:-history}" = history ]; then
+      LIMIT=$left TAG=_plan$n bash "$0" history "${deep[@]}" "$@"
+    else
+      LIMIT=$left TAG=_plan$n bash "$0" "$MODE" "$@"
+    fi
   }
-  # item 7 first: its history holds two more sources, so it keeps its own database
+  # item 8 first, a minute: the six-layer table's finals timed again side by side
+  MODE=retime item 8
+  # then item 7: its history holds two more sources, so it keeps its own database
   HISTORY_KEEP=$keep/at112/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
     item 7 --source resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3 \
     --targets resnet18:0,resnet18:1 --exclude resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 \
@@ -327,6 +354,6 @@ plan)
   item 6 --targets resnet18:4 --exclude resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5 \
     --tuners "xgb,tl_xgb,tl_xgb:local_share=0.5"
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | zoo | plan)"; exit 2 ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | zoo | plan)"; exit 2 ;;
 esac
 pack

@@ -45,6 +45,15 @@ def trials_to_match_baseline(row: dict, guided: str, base: str, trials: int, tol
     return {"goal_s": goal, "base_trials": b, "guided_trials": g, "ratio": b / g}
 
 
+def final_config(results) -> str | None:
+    """The config (JSON text) of a run's fastest valid result, the one its final latency
+    came from (the first, on a tie); None where nothing ran."""
+    from templates import config_to_json
+
+    ran = [r for r in results if r.ok]
+    return config_to_json(min(ran, key=lambda r: r.latency).config) if ran else None
+
+
 def final_latencies(curves) -> list[float]:
     """Each seed's best latency after the full budget (seeds that found no valid config
     have none)."""
