@@ -261,6 +261,9 @@ def test_each_layer_is_also_compared_as_autotune_would_dispatch_it():
     assert as_dispatched(with_options)["dispatched"] == "gga:pop_size=16"
     two_variants = {**high, "tuners": {**with_options["tuners"], "gga:pop_size=8": tuners["gga"]}}
     assert as_dispatched(two_variants) is None  # which one autotune would run is not known
+    # beside a variant that changes one more option, the one nearer tune's defaults
+    one_more = {**high, "tuners": {**with_options["tuners"], "gga:pop_size=16;handover=0": tuners["gga"]}}
+    assert as_dispatched(one_more)["dispatched"] == "gga:pop_size=16"
     # beside a variant with options, the tuner named bare is what tune runs (run 53)
     with_default = {**high, "tuners": {**tuners, "gga:model_seeds=0": tuners["gga"]}}
     assert as_dispatched(with_default)["dispatched"] == "gga"

@@ -103,17 +103,18 @@ def as_dispatched(row: dict) -> dict | None:
     layer (by its match score, default thresholds), named ``"autotune"``: what a user
     gets against tuning with no history, where the paper's pairs compare each guided
     tuner with its own baseline. Of several variants of that tuner, the one named with
-    no options (tune's defaults). None when those curves are not in the row, or when
-    several variants ran and none is that one.
+    no options (tune's defaults), else the one whose options every other variant also
+    sets (``gga:pop_size=16`` beside ``gga:pop_size=16;handover=0``). None when those
+    curves are not in the row, or when no variant is nearest tune's defaults that way.
     """
     from autotune.dispatch import choose
+    from history_guided.tuner_specs import parse_tuner
 
     tuners = row["tuners"]
     pick = choose(row["match_score"], exact=False).tuner
     # the run may name it with options (gga:pop_size=16): dispatch picks the tuner, not them
-    runs = [t for t in tuners if t.partition(":")[0] == pick]
-    if len(runs) > 1 and pick in runs:
-        runs = [pick]  # several variants ran: the one with no options is what tune runs
+    options = {t: parse_tuner(t)[1].items() for t in tuners if t.partition(":")[0] == pick}
+    runs = [t for t, own in options.items() if all(own <= other for other in options.values())]
     if "xgb" not in tuners or pick == "xgb" or len(runs) != 1:
         return None
     return {**row, "dispatched": runs[0], "tuners": {"xgb": tuners["xgb"], "autotune": tuners[runs[0]]}}
