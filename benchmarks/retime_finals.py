@@ -123,20 +123,16 @@ def main() -> int:
             finals = {name: entry["final_configs"] for name, entry in row["tuners"].items()}
             distinct = sorted({c for configs in finals.values() for c in configs if c is not None})
             again = retime(measurer, space, distinct, args.rounds, args.seed)
-            tuners = {}
-            for name, configs in finals.items():
-                recorded = [c[-1] if c else None for c in row["tuners"][name]["curves"]]
-                retimed = [again.get(c) if c is not None else None for c in configs]
-                # the test reads each curve's last point: one-point curves of the re-timed finals
-                tuners[name] = {"recorded_s": recorded, "retimed_s": retimed, "curves": [[x] for x in retimed]}
+            tuners = {name: {"recorded_s": [c[-1] if c else None for c in row["tuners"][name]["curves"]],
+                             "retimed_s": [again.get(c) if c is not None else None for c in configs]}
+                      for name, configs in finals.items()}
+            # the rank test reads each curve's last point: one-point curves of the re-timed finals
+            as_curves = {"tuners": {name: {"curves": [[x] for x in e["retimed_s"]]} for name, e in tuners.items()}}
             pairs = {}
             for key in row:
                 if key.endswith("@final_latency_test"):
                     base, guided = key[: -len("@final_latency_test")].split("/")
-                    test = final_latency_test({"tuners": tuners}, guided, base)
-                    pairs[f"{base}/{guided}"] = {"recorded": row[key], "retimed": test}
-            for entry in tuners.values():
-                del entry["curves"]
+                    pairs[f"{base}/{guided}"] = {"recorded": row[key], "retimed": final_latency_test(as_curves, guided, base)}
             rows.append({"layer": row["layer"], "configs_retimed": len(distinct), "tuners": tuners, "pairs": pairs})
             log(f"{row['layer']}: {len(distinct)} final configs timed {args.rounds} times again; "
                 + "; ".join(f"{pair} ends {final_latency_verdict(p['retimed']) if p['retimed'] else 'untested (under two seeds)'}" for pair, p in pairs.items()))
