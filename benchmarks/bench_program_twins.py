@@ -9,7 +9,10 @@ schedules and distinct programs the draw holds: what a measurer that builds and 
 each program once (``MeasureOptions.once_per_program``, the default) would not have
 measured again. And since twins are one program timed more than once (in one session,
 or in several for a random draw), how far their latencies in the file lie apart: the
-measurement noise the file carries.
+measurement noise the file carries. With ``--against`` earlier lines, which configs of the
+stretch are programs those lines timed, and how the two sessions' timings of one program
+compare (a device that runs slower one session than another shifts every comparison of
+runs made in different sessions).
 
 Run:  python benchmarks/bench_program_twins.py --target cuda:sm_90 --device-name NVIDIA-H100-80GB-HBM3 \\
         --measurements benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl --no-shared-memory-estimate \\
@@ -60,6 +63,30 @@ def twin_groups(space, target, configs: list[str]) -> tuple[int, dict[str, list[
     return sum(map(len, schedules.values())), programs, (time.perf_counter() - t0) / max(1, len(configs))
 
 
+def line_range(text: str | None, flag: str) -> tuple[int, int | None] | None:
+    """``START:END`` (END empty: to the end) as (start, stop), or one line saying why not."""
+    if text is None:
+        return None
+    start, sep, stop = text.partition(":")
+    if not (sep and start.isdigit() and (stop.isdigit() or not stop)):
+        raise SystemExit(f"error: {flag} {text!r} is not START:END (for example 18789:)")
+    return int(start), int(stop) if stop else None
+
+
+def earlier_twins(path, target, layer, space, configs, latency, programs, lines) -> dict:
+    """Of ``configs`` (their ``programs``), those that are a program measured in the
+    earlier ``lines`` under another config, and each one's latency over the earlier
+    program's best: above 1, the later session timed the same code slower."""
+    later = set(configs)
+    earlier = {c: lat for c, lat in measured_configs(path, target.key, layer.workload_key, lines).items() if c not in later}
+    _, earlier_programs, _ = twin_groups(space, target.tvm_target, list(earlier))
+    earlier_lat = list(earlier.values())
+    ratios = [float(latency[i] / min(earlier_lat[j] for j in earlier_programs[program]))
+              for program, positions in programs.items() if program in earlier_programs for i in positions]
+    return {"earlier_configs": len(earlier), "earlier_programs": len(earlier_programs), "twins_of_earlier": len(ratios),
+            "latency_over_earlier_median": round(statistics.median(ratios), 4) if ratios else None}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measurements", required=True, help="a history-guided benchmark's JSON-lines measurement file")
@@ -73,17 +100,16 @@ def main() -> int:
     parser.add_argument("--lines", help="START:END (zero-based, END excluded or empty: to the end): every config"
                         " measured in those lines of the file, in order, instead of a random draw (what one"
                         " session appended: what its measurer would not have measured again)")
+    parser.add_argument("--against", help="START:END of earlier lines (with --lines): which of the stretch's configs"
+                        " are programs those lines timed, and how their latencies compare (drift between sessions)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out")
     args = parser.parse_args()
     if not os.path.exists(args.measurements):
         raise SystemExit(f"error: --measurements: no file at {args.measurements}")
-    lines = None
-    if args.lines is not None:
-        start, sep, stop = args.lines.partition(":")
-        if not (sep and start.isdigit() and (stop.isdigit() or not stop)):
-            raise SystemExit(f"error: --lines {args.lines!r} is not START:END (for example 18789:)")
-        lines = (int(start), int(stop) if stop else None)
+    lines, against = line_range(args.lines, "--lines"), line_range(args.against, "--against")
+    if against is not None and lines is None:
+        raise SystemExit("error: --against compares with the stretch --lines names; give both")
 
     t_start = time.perf_counter()
     target = recorded_target(args.target, args.device_name)
@@ -111,10 +137,13 @@ def main() -> int:
             "twin_latency_spread_max": round(max(spreads), 4) if spreads else None,
             "seconds_per_config": round(per_config, 4),
         }
+        if against is not None:
+            row["against"] = earlier_twins(args.measurements, target, layer, space, configs, latency, programs, against)
         rows.append(row)
         log(json.dumps(row))
     emit({"benchmark": "program twins among measured configs", "target": target.key, "measurements": args.measurements,
-          "configs_per_layer": args.configs, **({"lines": args.lines} if lines else {"seed": args.seed}), "layers": rows,
+          "configs_per_layer": args.configs, **({"lines": args.lines} if lines else {"seed": args.seed}),
+          **({"against": args.against} if against else {}), "layers": rows,
           "twin_share_median": statistics.median(r["twin_share"] for r in rows),
           "wall_seconds": round(time.perf_counter() - t_start, 1)}, args.out, indent=1)
     return 0

@@ -696,6 +696,17 @@ def test_program_twins_are_counted_among_a_runs_measured_configs(measured_run, t
     for bad, says in (("5", "is not START:END"), ("0:2", "no measured config of resnet18:0")):
         with pytest.raises(SystemExit, match=says):
             run("--lines", bad)
+    # a later stretch against an earlier one: which of its programs the earlier lines timed
+    lines = measurements.read_text().splitlines()
+    half = len(lines) // 2
+    layer_key = layer_at("resnet18:0", 32).workload_key
+    later = {r["config"] for r in map(json.loads, lines[half:]) if r["layer"] == layer_key and r["status"] == "ok"}
+    earlier = {r["config"] for r in map(json.loads, lines[:half]) if r["layer"] == layer_key and r["status"] == "ok"} - later
+    row = run("--lines", f"{half}:", "--against", f"0:{half}")
+    assert row["drawn"] == len(later) and row["against"]["earlier_configs"] == len(earlier)
+    assert 0 <= row["against"]["twins_of_earlier"] <= row["drawn"]
+    with pytest.raises(SystemExit, match="give both"):
+        run("--against", "0:5")
 
 
 def test_each_tuners_final_configs_are_timed_again_side_by_side(measured_run, tmp_path, monkeypatch):
