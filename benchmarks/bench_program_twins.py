@@ -18,6 +18,8 @@ Run:  python benchmarks/bench_program_twins.py --target cuda:sm_90 --device-name
         --measurements benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl --no-shared-memory-estimate \\
         --layers resnet18:0,resnet18:7,mobilenetv2:5,resnet18:4 --lines 18789:22422 \\
         --configs 100000 --out FILE
+      (and, for drift between sessions, the same with --layers mobilenetv2:5,resnet18:0,resnet18:7
+       --lines 18789: --against 0:18789)
 Prints one JSON object.
 """
 
@@ -76,12 +78,13 @@ def line_range(text: str | None, flag: str) -> tuple[int, int | None] | None:
 def earlier_twins(path, target, layer, space, configs, latency, programs, lines) -> dict:
     """Of ``configs`` (their ``programs``), those that are a program measured in the
     earlier ``lines`` under another config, and each one's latency over the earlier
-    program's best: above 1, the later session timed the same code slower."""
+    timings' median (most earlier programs were timed once): above 1, the later session
+    timed the same code slower."""
     later = set(configs)
     earlier = {c: lat for c, lat in measured_configs(path, target.key, layer.workload_key, lines).items() if c not in later}
     _, earlier_programs, _ = twin_groups(space, target.tvm_target, list(earlier))
     earlier_lat = list(earlier.values())
-    ratios = [float(latency[i] / min(earlier_lat[j] for j in earlier_programs[program]))
+    ratios = [float(latency[i] / statistics.median(earlier_lat[j] for j in earlier_programs[program]))
               for program, positions in programs.items() if program in earlier_programs for i in positions]
     return {"earlier_configs": len(earlier), "earlier_programs": len(earlier_programs), "twins_of_earlier": len(ratios),
             "latency_over_earlier_median": round(statistics.median(ratios), 4) if ratios else None}
