@@ -120,7 +120,7 @@ class CachedMeasurer:
         """:meth:`cost_seconds` as a progress-line suffix."""
         c = self.cost_seconds()
         device = c["build_device_compile_per_worker"]  # CUDA on a GPU machine: NVRTC
-        twins = self.measurer.twins
+        twins = self.twins()
         return (f"apply {c['apply']:.0f} s, build {c['build']:.0f} s, run {c['run']:.0f} s; "
                 f"build workers busy {c['build_busy_per_worker']:.0f} s each"
                 f"{f' ({device:.0f} s compiling device code)' if device else ''}, slowest builds {c['build_slowest']:.0f} s; "
