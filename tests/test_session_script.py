@@ -21,7 +21,8 @@ def _plan(tmp_path: Path, **env: str) -> list[str]:
     out = tmp_path / "out"
     run = subprocess.run(
         ["bash", str(SCRIPT), "plan"], cwd=SCRIPT.parents[2], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "OUT": str(out), "HISTORY_KEEP": str(tmp_path / "keep" / "h.db"), **env},
+        env={**os.environ, "OUT": str(out), "HISTORY_KEEP": str(tmp_path / "keep" / "h.db"),
+             "WORK_DIR": str(tmp_path / "work"), **env},
     )
     assert run.returncode == 0, run.stderr
     assert (out / "gpu-plan.tgz").exists()

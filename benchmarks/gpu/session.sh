@@ -178,7 +178,7 @@ set -u
 mode=${1:-check}
 shift || true
 dest=${OUT:-/tmp/autotune-gpu-out}
-R=/tmp/autotune-gpu/$mode
+R=${WORK_DIR:-/tmp/autotune-gpu}/$mode  # each mode's work (logs, the archive's contents)
 rm -rf "$R"; mkdir -p "$R" "$dest"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNE_HOME=$R/home
 py=python3
