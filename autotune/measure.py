@@ -279,10 +279,12 @@ class Measurer:
         structurally equal to another of the batch is not built, and one whose generated
         code is a program built in this batch or timed before is not timed; each gets that
         program's result, marked ``twin``. ``twins`` counts both kinds."""
+        from autotune.program_digest import schedule_twins
+
         ms = self._ms
         target = self.target.tvm_target
         once = self.options.once_per_program
-        same_as = self._schedule_twins(mods) if once else list(range(len(mods)))
+        same_as = schedule_twins(mods) if once else list(range(len(mods)))
         firsts = [i for i, j in enumerate(same_as) if i == j]
         t0 = time.perf_counter()
         built = self.builder.build_programs([ms.builder.BuilderInput(mods[i], target) for i in firsts])
@@ -336,22 +338,6 @@ class Measurer:
         if self.options.rpc and run_slots:
             self._check_server([out[slot] for slot in run_slots])
         return [out[i] for i in range(len(mods))]
-
-    @staticmethod
-    def _schedule_twins(mods: Sequence[Any]) -> list[int]:
-        """For each module, the first of ``mods`` structurally equal to it (itself if none)."""
-        from autotune.program_digest import same_schedule, scheduled_key
-
-        same_as = list(range(len(mods)))
-        seen: dict[int, list[int]] = {}
-        for i, mod in enumerate(mods):
-            bucket = seen.setdefault(scheduled_key(mod), [])
-            twin = next((j for j in bucket if same_schedule(mods[j], mod)), None)
-            if twin is None:
-                bucket.append(i)
-            else:
-                same_as[i] = twin
-        return same_as
 
     def _check_server(self, timed: list[Measurement]) -> None:
         """Stop the tune when the ``--rpc`` server has stopped answering.

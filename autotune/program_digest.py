@@ -70,3 +70,19 @@ def same_schedule(a: Any, b: Any) -> bool:
     import tvm_ffi
 
     return bool(tvm_ffi.structural_equal(a, b))
+
+
+def schedule_twins(mods) -> list[int]:
+    """For each module, the position of the first of ``mods`` structurally equal to it
+    (its own where none is)."""
+    same_as = list(range(len(mods)))
+    seen: dict[int, list[int]] = {}
+    for i, mod in enumerate(mods):
+        bucket = seen.setdefault(scheduled_key(mod), [])
+        twin = next((j for j in bucket if same_schedule(mods[j], mod)), None)
+        if twin is None:
+            bucket.append(i)
+        else:
+            same_as[i] = twin
+    return same_as
+

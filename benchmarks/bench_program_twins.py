@@ -49,20 +49,17 @@ def twin_groups(space, target, configs: list[str]) -> tuple[int, dict[str, list[
     seconds per config). Configs whose program shows no source count as their own."""
     import tvm
 
-    from autotune.program_digest import program_digest, same_schedule, scheduled_key
+    from autotune.program_digest import program_digest, schedule_twins
 
-    schedules: dict[int, list] = defaultdict(list)
     programs: dict[str, list[int]] = defaultdict(list)
     t0 = time.perf_counter()
-    for i, text in enumerate(configs):
-        mod = space.apply(json.loads(text))
-        bucket = schedules[scheduled_key(mod)]
-        if not any(same_schedule(other, mod) for other in bucket):
-            bucket.append(mod)
+    mods = [space.apply(json.loads(text)) for text in configs]
+    for i, mod in enumerate(mods):
         with target:
             program = program_digest(tvm.compile(mod, target=target))
         programs[program or f"unknown-{i}"].append(i)
-    return sum(map(len, schedules.values())), programs, (time.perf_counter() - t0) / max(1, len(configs))
+    schedules = sum(i == j for i, j in enumerate(schedule_twins(mods)))
+    return schedules, programs, (time.perf_counter() - t0) / max(1, len(configs))
 
 
 def line_range(text: str | None, flag: str) -> tuple[int, int | None] | None:

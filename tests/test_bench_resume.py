@@ -584,43 +584,6 @@ def test_the_transfer_ranking_reads_a_runs_history_and_file_and_ranks_what_it_me
     assert default["best_of_top_us_median"]["1"] >= row["best_measured_us"]
 
 
-def test_the_replay_approximation_judges_both_ways_on_a_runs_file(tmp_path, monkeypatch):
-    """``bench_replay_approximation.py`` answers each fifth of a layer's measured configs
-    from the other four, both ways, and reports against what was measured; a file too
-    thin for five folds, or no file, ends with one line."""
-    import bench_history_guided
-    import bench_replay_approximation
-
-    measurements, out = tmp_path / "m.jsonl", tmp_path / "approx.json"
-    monkeypatch.setattr(sys, "argv", [
-        "bench_history_guided.py", "--history-db", str(tmp_path / "h.db"), "--source", "resnet18:1", "--history-trials", "2",
-        "--size", "32", "--targets", "resnet18:0", "--tuners", "xgb", "--trials", "14", "--batch", "7",
-        "--seeds", "1", "--measurements", str(measurements), "--out", str(tmp_path / "run.json")])
-    assert bench_history_guided.main() == 0
-    layer_key = layer_at("resnet18:0", 32).workload_key
-    ok = {r["config"] for r in map(json.loads, measurements.read_text().splitlines())
-          if r["layer"] == layer_key and r["status"] == "ok"}
-
-    def run(*extra: str) -> None:
-        monkeypatch.setattr(sys, "argv", ["bench_replay_approximation.py", "--measurements", str(measurements),
-                                          "--size", "32", "--out", str(out), *extra])
-        assert bench_replay_approximation.main() == 0
-
-    run("--targets", "resnet18:0")
-    (row,) = json.loads(out.read_text())["layers"]
-    assert row["measured"] == len(ok) >= 10
-    for method in ("nearest", "model"):
-        judged = row[method]
-        assert -1.0 <= judged["spearman"] <= 1.0 and judged["median_rel_error"] >= 0
-        assert 0 <= judged["false_finds"] < row["measured"] and 0 <= judged["true_fast"] <= judged["fastest_5pct"]
-    with pytest.raises(SystemExit, match=r"holds 2 measured configs of resnet18:1 on .*; at least 10 are needed") as exit_:
-        run("--targets", "resnet18:1")  # a source, two trials deep
-    assert "\n" not in str(exit_.value)
-    monkeypatch.setattr(sys, "argv", ["bench_replay_approximation.py", "--measurements", str(tmp_path / "none.jsonl")])
-    with pytest.raises(SystemExit, match="--measurements: no file at"):
-        bench_replay_approximation.main()
-
-
 @pytest.fixture(scope="module")
 def measured_run(tmp_path_factory):
     """A small measured run (ResNet-18's first conv at 32x32, cold and transfer XGBoost,
@@ -640,6 +603,36 @@ def measured_run(tmp_path_factory):
     latency = {r["config"]: r["latency"] for r in map(json.loads, measurements.read_text().splitlines())
                if r["layer"] == layer_key and r["status"] == "ok"}
     return measurements, latency, tmp / "run.json"
+
+
+def test_the_replay_approximation_judges_both_ways_on_a_runs_file(measured_run, tmp_path, monkeypatch):
+    """``bench_replay_approximation.py`` answers each fifth of a layer's measured configs
+    from the other four, both ways, and reports against what was measured; a file too
+    thin for five folds, or no file, ends with one line."""
+    import bench_replay_approximation
+
+    measurements, latency, _ = measured_run
+    out = tmp_path / "approx.json"
+    ok = set(latency)
+
+    def run(*extra: str) -> None:
+        monkeypatch.setattr(sys, "argv", ["bench_replay_approximation.py", "--measurements", str(measurements),
+                                          "--size", "32", "--out", str(out), *extra])
+        assert bench_replay_approximation.main() == 0
+
+    run("--targets", "resnet18:0")
+    (row,) = json.loads(out.read_text())["layers"]
+    assert row["measured"] == len(ok) >= 10
+    for method in ("nearest", "model"):
+        judged = row[method]
+        assert -1.0 <= judged["spearman"] <= 1.0 and judged["median_rel_error"] >= 0
+        assert 0 <= judged["false_finds"] < row["measured"] and 0 <= judged["true_fast"] <= judged["fastest_5pct"]
+    with pytest.raises(SystemExit, match=r"holds 2 measured configs of resnet18:1 on .*; at least 10 are needed") as exit_:
+        run("--targets", "resnet18:1")  # a source, two trials deep
+    assert "\n" not in str(exit_.value)
+    monkeypatch.setattr(sys, "argv", ["bench_replay_approximation.py", "--measurements", str(tmp_path / "none.jsonl")])
+    with pytest.raises(SystemExit, match="--measurements: no file at"):
+        bench_replay_approximation.main()
 
 
 def test_the_feature_comparison_draws_a_layers_configs_from_a_runs_file(measured_run, tmp_path, monkeypatch):
@@ -713,10 +706,9 @@ def test_each_tuners_final_configs_are_timed_again_side_by_side(measured_run, tm
     """A result names each seed's final config, the one its final latency came from;
     ``retime_finals.py`` times them all again and tests the pair on those timings. A
     result without final configs, or none at all, ends with one line."""
-    import bench_history_guided  # noqa: F401  (puts the benchmarks' folder on the path)
     import retime_finals
 
-    measurements, latency, run_json = measured_run
+    _, latency, run_json = measured_run
     result = json.loads(run_json.read_text())
     (row,) = result["layers"]
     for name in ("xgb", "tl_xgb"):
