@@ -180,6 +180,17 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", "-o", help="the same, as an option")
     _history_arg(h)
     h.set_defaults(func=cmd_history_export)
+    h = hsub.add_parser(
+        "rm", aliases=["remove"], help="remove tuning runs and every record they wrote",
+        description="Remove tuning runs and every record they wrote, in one transaction: history reuses an exact "
+        "match's winner without measuring it again, so a run timed on a busy machine would otherwise keep deciding "
+        "kernels. Other runs' records, the run's report directory and its MLflow run are kept.",
+    )
+    h.add_argument("run_ids", nargs="+", metavar="RUN", help="a run id as `history runs` shows it, or a unique prefix")
+    h.add_argument("--dry-run", "-n", action="store_true", help="say what would be removed; remove nothing")
+    _history_arg(h)
+    _json_arg(h)
+    h.set_defaults(func=cmd_history_rm)
     h = hsub.add_parser("import", help="merge a JSON export into history (JSON only, validated)")
     h.add_argument("file", help="a JSON export, or - for standard input")
     _history_arg(h)
@@ -465,6 +476,40 @@ def cmd_history_import(args) -> int:
         counts = import_json(store, source)
     print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present)")
     return 0
+
+
+def cmd_history_rm(args) -> int:
+    from autotune.tune import close_stale_runs
+    from history import open_history
+
+    with open_history(args.history, create=False, readonly=args.dry_run) as store:
+        if not args.dry_run:
+            close_stale_runs(store)  # a run whose process is gone is no longer running
+        run_ids = [_resolve_run(store, prefix) for prefix in args.run_ids]
+        removed = store.remove_runs(run_ids, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({"dry_run": args.dry_run, "runs": removed}))
+        return 0
+    verb = "would remove" if args.dry_run else "removed"
+    for run in removed:
+        what = f"run {run['run_id']} ({run['status']})" if run["run_row"] else f"run {run['run_id']} (imported records only)"
+        print(f"{verb} {what} and its {run['records']} record{'s' if run['records'] != 1 else ''}")
+    return 0
+
+
+def _resolve_run(store, prefix: str) -> str:
+    from autotune.errors import AutotuneError
+
+    if not prefix:
+        raise AutotuneError("an empty run id names no run")
+    ids = store.run_ids(prefix)
+    if prefix in ids:
+        return prefix
+    if not ids:
+        raise AutotuneError(f"no run in history starts with {prefix!r} (see `autotune history runs`)")
+    if len(ids) > 1:
+        raise AutotuneError(f"{prefix!r} matches {len(ids)} runs; give more characters")
+    return ids[0]
 
 
 def cmd_report(args) -> int:

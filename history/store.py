@@ -847,6 +847,47 @@ class HistoryStore:
             row = conn.execute(self._run_query().where(runs.c.id == run_id)).first()
         return None if row is None else self._run_from_row(row)
 
+    def run_ids(self, prefix: str = "") -> list[str]:
+        """Every run id history knows that starts with ``prefix``: its runs, and the run ids
+        its records name (records imported from another machine name runs never held here)."""
+        runs, r = schema.runs, schema.records
+        with self._read() as conn:
+            ids = set(conn.execute(select(runs.c.id).where(runs.c.id.startswith(prefix, autoescape=True))).scalars())
+            ids.update(conn.execute(
+                select(r.c.run_id).distinct().where(r.c.run_id.is_not(None), r.c.run_id.startswith(prefix, autoescape=True))
+            ).scalars())
+        return sorted(ids)
+
+    def remove_runs(self, run_ids: Sequence[str], *, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Remove runs and every record each wrote, all in one transaction.
+
+        History answers an exact match with its stored winner and never measures it again,
+        so a run timed on a busy machine, or tuned with settings since regretted, would go
+        on deciding kernels until removed. What other runs measured is left alone, as are
+        workloads, targets and the learned feature importances. A run still marked running
+        is refused (its process would go on writing); so is an id history does not know.
+        Returns, per run, what was (or with ``dry_run``, would be) removed."""
+        runs, r = schema.runs, schema.records
+        ids = list(dict.fromkeys(run_ids))
+        with (self._read() if dry_run else self._write("remove runs")) as conn:
+            removed = []
+            for run_id in ids:
+                row = conn.execute(select(runs.c.status, runs.c.params_json).where(runs.c.id == run_id)).first()
+                n = int(conn.execute(select(func.count(r.c.id)).where(r.c.run_id == run_id)).scalar_one())
+                if row is None and n == 0:
+                    raise HistoryError(f"no run {run_id!r} in history at {self.location}")
+                if row is not None and row.status == "running":
+                    params = json.loads(row.params_json or "{}")
+                    where = f" (pid {params.get('pid')} on {params.get('host')})" if params.get("pid") else ""
+                    raise HistoryError(f"run {run_id!r} is still running{where}; stop it before removing it")
+                removed.append({"run_id": run_id, "records": n, "run_row": row is not None,
+                                "status": None if row is None else row.status})
+            if not dry_run:
+                for run_id in ids:
+                    conn.execute(r.delete().where(r.c.run_id == run_id))
+                    conn.execute(runs.delete().where(runs.c.id == run_id))
+        return removed
+
 
 def open_history(
     location: str | os.PathLike[str] | None = None, *, create: bool = True, readonly: bool = False

@@ -370,6 +370,49 @@ def test_history_runs_lists_each_run_with_its_layering(capsys, populated_history
     assert lines[1].split()[0] == "n3w" and " weights " in lines[1] and " running " in lines[1]
 
 
+def test_history_rm_removes_a_run_and_only_its_records(capsys, populated_history):
+    """A run and its records go in one step; other records stay; a dry run, an unknown
+    or ambiguous id and a run whose process is alive change nothing."""
+    import socket
+
+    from history import open_history
+
+    path, key = populated_history
+    with open_history(path) as store:
+        for run_id, config in (("bad1", 7), ("bad2", 8), ("live", 9)):
+            params = {"pid": os.getpid(), "host": socket.gethostname()} if run_id == "live" else {}
+            store.start_run(run_id, model="resnet18", target_key="llvm:znver3:cpu", tuner="auto", params=params)
+            store.add_record(workload_key=key, target_key="llvm:znver3:cpu", space_id="s", config={"i": config},
+                             samples=[1e-4], status="ok", tuner="gga", run_id=run_id)
+        store.finish_run("bad1", "finished", {})
+        store.finish_run("bad2", "finished", {})
+        # imported from another machine: records naming a run this history never held
+        store.add_record(workload_key=key, target_key="llvm:znver3:cpu", space_id="s", config={"i": 10},
+                         samples=[1e-4], status="ok", tuner="xgb", run_id="elsewhere")
+
+    def state() -> tuple[list, list]:
+        with open_history(path, readonly=True) as store:
+            return sorted(r.config["i"] for r in store.records()), [r["run_id"] for r in store.runs()]
+
+    before = state()
+    assert before == ([0, 1, 2, 7, 8, 9, 10], ["bad1", "bad2", "live"])
+    assert main(["history", "rm", "bad1", "--dry-run", "--history", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == [{"run_id": "bad1", "records": 1, "run_row": True, "status": "finished"}]
+    assert state() == before
+    _user_error(capsys, ["history", "rm", "bad", "--history", path], contains=("matches 2 runs",))
+    _user_error(capsys, ["history", "rm", "nope", "--history", path], contains=("'nope'",))
+    # all or nothing: a live run beside a removable one removes neither
+    _user_error(capsys, ["history", "rm", "bad1", "live", "--history", path], contains=("still running", str(os.getpid())))
+    assert state() == before
+
+    assert main(["history", "rm", "bad1", "elsew", "--history", path]) == 0
+    out = capsys.readouterr().out
+    assert "removed run bad1 (finished) and its 1 record" in out and "elsewhere (imported records only)" in out
+    assert state() == ([0, 1, 2, 8, 9], ["bad2", "live"])
+    with open_history(path, readonly=True) as store:
+        assert store.best(key, "llvm:znver3:cpu").config == {"i": 8}  # what reuse would take now
+
+
 def test_history_export_to_stdout_imports_from_stdin(capsys, populated_history, env, monkeypatch):
     """``history export - | history import -``, twice: the second adds nothing; bad JSON
     on standard input is refused before the database is created."""
