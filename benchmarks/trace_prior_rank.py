@@ -5,9 +5,10 @@ with every transfer-XGBoost fit traced: after each fit with a model of history k
 the Spearman correlation between that model's scores of the layer's successfully
 measured configs so far and their measured speed. A history that ranks the layer's own
 results backwards is one a tuner could notice and drop; one that ranks them weakly but
-rightly is not. Writes the trace as JSON to ``--trace FILE`` (one entry per fit: layer,
-seed, configs asked, configs that ran, correlation, priors kept); the benchmark's own
-output is as usual.
+rightly is not. Writes the trace as JSON to ``--trace FILE`` (one entry per fit: the
+layer's space id, seed, configs asked, configs that ran, correlation, priors kept; with
+``gga`` among the tuners, the fits its first population asks of transfer XGBoost too);
+the benchmark's own output is as usual.
 
 Run:  python benchmarks/trace_prior_rank.py --trace trace.json -- --replay FILE --history-db H ... --tuners tl_xgb
 """
@@ -26,34 +27,25 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 @contextlib.contextmanager
 def traced_fits(log: list[dict]) -> Iterator[None]:
-    """While in the block, each ``TransferXGBTuner._fit`` appends its entry to ``log``."""
+    """While in the block, each transfer-XGBoost fit appends its entry to ``log``."""
     from scipy.stats import spearmanr
 
-    from search.xgb_tuner import TransferXGBTuner
+    from search.xgb_tuner import TransferXGBTuner, observing_fits
 
-    fit = TransferXGBTuner._fit
-    own = "_fit" in vars(TransferXGBTuner)  # else inherited: the class gets it back by deletion
-
-    def _fit(self) -> bool:
-        fitted = fit(self)
-        ran = [r for r in self.state.results if r.ok and r.latency > 0]
-        scored = self.history_scores([r.config for r in ran]) if len(ran) >= 4 else None
+    def trace(tuner) -> None:
+        if not isinstance(tuner, TransferXGBTuner):
+            return
+        ran = [r for r in tuner.state.results if r.ok and r.latency > 0]
+        scored = tuner.history_scores([r.config for r in ran]) if len(ran) >= 4 else None
         if scored is not None and len(scored[0]) >= 4:
             at, scores = scored
             rho = spearmanr(scores, [-ran[i].latency for i in at]).statistic
-            log.append({"layer": getattr(self.space, "name", ""), "seed": self.seed, "asked": len(self.state.results),
+            log.append({"space_id": tuner.space.space_id, "seed": tuner.seed, "asked": len(tuner.state.results),
                         "ran": len(at), "spearman": None if rho != rho else round(float(rho), 3),
-                        "priors_kept": self.priors_kept})
-        return fitted
+                        "priors_kept": tuner.priors_kept})
 
-    TransferXGBTuner._fit = _fit
-    try:
+    with observing_fits(trace):
         yield
-    finally:
-        if own:
-            TransferXGBTuner._fit = fit
-        else:
-            del TransferXGBTuner._fit
 
 
 def main() -> int:

@@ -49,8 +49,9 @@ three layers higher (run 46b). Where the guided GA hands a shallow history's lay
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Sequence
+from typing import Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
@@ -63,7 +64,7 @@ from search.tuner import PriorRecord, Tuner, prior_groups
 from search.warm_start import history_seed_order, ranked_history_keys
 from templates.space import Config, KnobSpace, config_to_json
 
-__all__ = ["TransferXGBTuner", "XGBTuner"]
+__all__ = ["TransferXGBTuner", "XGBTuner", "observing_fits"]
 
 
 class XGBTuner(Tuner):
@@ -71,6 +72,10 @@ class XGBTuner(Tuner):
 
     name = "xgb"
     uses_priors = False
+    #: Called with the tuner after each fit it makes while proposing, in any instance of
+    #: this class or a subclass: how offline analyses watch a model learn inside tuners a
+    #: benchmark makes (:func:`observing_fits`). Empty in normal use.
+    fit_observers: ClassVar[list[Callable[["XGBTuner"], None]]] = []
 
     def __init__(
         self,
@@ -497,6 +502,8 @@ class XGBTuner(Tuner):
             have_priors = bool(self.uses_priors and self.priors)
             if n_results >= self.min_train or have_priors:
                 self._fit()
+                for observe in self.fit_observers:
+                    observe(self)
             self._fitted_on = n_results
         use_model = self._has_scorer and (n_results >= self.min_train or self._n_prior_kept > 0)
         if not use_model:
@@ -552,3 +559,14 @@ class TransferXGBTuner(XGBTuner):
 
     name = "tl_xgb"
     uses_priors = True
+
+
+@contextlib.contextmanager
+def observing_fits(observe: Callable[[XGBTuner], None]) -> Iterator[None]:
+    """While in the block, ``observe(tuner)`` runs after every fit any XGBoost tuner
+    makes while proposing (see :attr:`XGBTuner.fit_observers`)."""
+    XGBTuner.fit_observers.append(observe)
+    try:
+        yield
+    finally:
+        XGBTuner.fit_observers.remove(observe)

@@ -765,13 +765,13 @@ def test_the_prior_rank_trace_follows_every_transfer_fit_of_a_replayed_run(tmp_p
     trace, out = tmp_path / "trace.json", tmp_path / "replayed.json"
     monkeypatch.setattr(sys, "argv", ["trace_prior_rank.py", "--trace", str(trace), "--", "--replay", str(measurements),
                                       "--history-db", str(db), "--tuners", "tl_xgb", "--out", str(out), *common])
-    from search.xgb_tuner import TransferXGBTuner
+    from search.xgb_tuner import XGBTuner
 
-    untraced = TransferXGBTuner._fit
     assert trace_prior_rank.main() == 0
-    assert TransferXGBTuner._fit is untraced  # the trace ends with the run
+    assert XGBTuner.fit_observers == []  # the trace ends with the run
     entries = json.loads(trace.read_text())
     assert len(entries) >= 2 and all(e["priors_kept"] > 0 and e["ran"] >= 4 for e in entries)
+    assert len({e["space_id"] for e in entries}) == 1  # the one target layer
     assert [e["asked"] for e in entries] == sorted(e["asked"] for e in entries)
     assert all(e["spearman"] is None or -1.0 <= e["spearman"] <= 1.0 for e in entries)
     assert json.loads(out.read_text())["layers"][0]["tuners"]["tl_xgb"]["approximated"] == [0]
