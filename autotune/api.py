@@ -186,10 +186,10 @@ def run(
     ``save_outputs`` writes the outputs to an ``.npz``; ``return_outputs`` puts them, as
     numpy arrays, under ``result["output_arrays"]``.
     """
-    import numpy as np
 
     from autotune.frontend import InputShapeError, load_model
     from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
+    from autotune.verify import max_abs_error, outputs_match
 
     check_count(seed, "seed", zero_ok=True)
     check_count(repeat, "repeat")
@@ -228,8 +228,8 @@ def run(
         except Exception as err:  # the evaluator's own errors: a model that does not take these inputs
             raise AutotuneError(f"--check {check}: ONNX's reference evaluator could not run it on the module's inputs "
                                 f"({type(err).__name__}: {first_line(err)}); is the module compiled from {check}?") from None
-        errs = [float(np.max(np.abs(g - w))) if g.shape == w.shape else float("inf") for g, w in zip(outputs, want)]
-        ok = len(want) == len(outputs) and all(np.allclose(g, w, rtol=rtol, atol=atol) for g, w in zip(outputs, want))
+        errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
+        ok = len(want) == len(outputs) and all(outputs_match(g, w, rtol=rtol, atol=atol) for g, w in zip(outputs, want))
         result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None, "ok": ok}
     if save_outputs is not None:
         from autotune.run import save_outputs as write_outputs
