@@ -247,7 +247,9 @@ def cmd_layers(args) -> int:
     else:
         print(decompose.format_table(layers))
         tunable = sum(1 for l in layers if l.tunable)
-        print(f"{found['model']}: {len(layers)} layers ({tunable} tunable), {sum(l.flops * l.occurrences for l in layers) / 1e9:.2f} GFLOP")
+        flops = sum(l.flops * l.occurrences for l in layers)
+        amount = f"{flops / 1e9:.2f} GFLOP" if flops >= 1e8 else f"{flops / 1e6:.2f} MFLOP"  # a small model is no 0.00 GFLOP
+        print(f"{found['model']}: {len(layers)} layers ({tunable} tunable), {amount}")
     return 0
 
 
