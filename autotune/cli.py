@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from autotune.budget import BUDGET_SPLITS
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
+from autotune.half_precision import ZOO_DTYPES
 
 EXIT_USAGE = 2
 
@@ -148,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--size", type=int)
     z.add_argument("--batch-size", type=int, default=1)
     z.add_argument("--seed", type=int, default=0)
+    z.add_argument("--dtype", choices=ZOO_DTYPES, default="float32",
+                   help="float16: weights rounded and every float tensor float16, as a half-precision deployment runs it")
     _json_arg(z)
     z.set_defaults(func=cmd_zoo_export)
 
@@ -305,6 +308,10 @@ def cmd_run(args) -> int:
         if "check" in result:
             c = result["check"]
             print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g})")
+            if "float32" in c:
+                f = c["float32"]
+                print(f"  half precision, against the model in float32: ours {f['max_abs_error']:.3g} off, the reference "
+                      f"evaluator's own {f['reference_max_abs_error']:.3g} off (allowed: {f['allowed_factor']:g}x that)")
         if "saved_outputs" in result:
             print(f"outputs written to {result['saved_outputs']}")
     return 0 if result.get("check", {}).get("ok", True) else 1
@@ -336,13 +343,13 @@ def cmd_zoo_list(args) -> int:
 def cmd_zoo_export(args) -> int:
     from autotune import zoo
 
-    path = zoo.export_model(args.name, args.out, batch_size=args.batch_size, size=args.size, seed=args.seed)
+    path = zoo.export_model(args.name, args.out, batch_size=args.batch_size, size=args.size, seed=args.seed, dtype=args.dtype)
     if args.json:
         import onnx
 
         graph = onnx.load(str(path), load_external_data=False).graph
         inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
-        print(json.dumps({"model": args.name, "out": str(path), "inputs": inputs, "seed": args.seed}))
+        print(json.dumps({"model": args.name, "out": str(path), "inputs": inputs, "seed": args.seed, "dtype": args.dtype}))
     else:
         print(f"wrote {path}")
     return 0

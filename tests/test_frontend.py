@@ -459,3 +459,63 @@ def test_checks_of_half_precision_outputs_allow_a_neighbouring_value():
     assert not outputs_match(ulps(1).astype(np.float32), wide)
     assert outputs_match(wide, wide) and not outputs_match(wide[:8], wide)
     assert max_abs_error(ulps(1), want) == pytest.approx(float(np.max(ulps(1).astype(np.float64) - want.astype(np.float64))))
+
+
+def test_a_half_precision_model_is_checked_against_itself_in_float32(tmp_path):
+    """Two right float16 evaluations of MobileNetV2 differ by several units in the last
+    place (each rounds its tensors its own way), so ``run --check`` judges a half-precision
+    module by its distance from the model widened to float32, against the reference
+    evaluator's own: a module of the model passes, one of another seed's weights does not."""
+    from autotune import api, zoo
+
+    model, other = tmp_path / "m16.onnx", tmp_path / "other16.onnx"
+    zoo.export_model("mobilenetv2", model, size=32, dtype="float16")
+    zoo.export_model("mobilenetv2", other, size=32, dtype="float16", seed=1)
+    graph = onnx.load(str(model)).graph
+    assert graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+    assert {i.data_type for i in graph.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)} == {TensorProto.FLOAT16}
+    module = tmp_path / "m16.so"
+    api.compile(str(model), module, target="llvm")
+
+    right = api.run(module, check=str(model), repeat=1)["check"]
+    assert right["ok"], right
+    assert "float32" in right  # compared directly, the two float16 evaluations differ
+    f32 = right["float32"]
+    assert 0 < f32["max_abs_error"] <= f32["allowed_factor"] * f32["reference_max_abs_error"]
+    wrong = api.run(module, check=str(other), repeat=1)["check"]
+    assert not wrong["ok"] and wrong["float32"]["max_abs_error"] > 100 * wrong["float32"]["reference_max_abs_error"]
+
+
+def test_widening_to_float32_reaches_casts_constants_and_subgraphs():
+    """The float32 twin of a half-precision model keeps no half type anywhere: weights,
+    inputs and outputs, a Cast's target, a Constant's value, and a branch's own graph."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from autotune.half_precision import float16_model, float32_model
+
+    half = TensorProto.FLOAT16
+    branch = lambda name, value: helper.make_graph(  # noqa: E731
+        [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array([value], np.float16)))],
+        name, [], [helper.make_tensor_value_info(name, half, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["xh"], to=half),
+         helper.make_node("Mul", ["xh", "W"], ["m"]),
+         helper.make_node("ReduceSum", ["m"], ["s"], keepdims=0),
+         helper.make_node("Greater", ["s", "zero"], ["c"]),
+         helper.make_node("If", ["c"], ["b"], then_branch=branch("t", 1.0), else_branch=branch("e", -1.0)),
+         helper.make_node("Mul", ["m", "b"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info("y", half, [3])],
+        [numpy_helper.from_array(np.array([1.0, 2.0, 1 / 3], np.float16), "W"), numpy_helper.from_array(np.array(0, np.float16), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+
+    wide = float32_model(model)
+    text = str(wide)
+    assert "data_type: 10" not in text and "elem_type: 10" not in text and "i: 10" not in text  # 10: FLOAT16
+    x = np.array([1.0, -0.5, 3.0], np.float32)
+    (got,) = ReferenceEvaluator(wide).run(None, {"x": x})
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, x * np.array([1.0, 2.0, np.float16(1 / 3)], np.float32) * 1.0)
+    assert float32_model(wide) is None  # nothing half left to widen
+    assert float16_model(float16_model(wide)) is None and str(float32_model(float16_model(wide))) == text

@@ -16,6 +16,7 @@ from pathlib import Path
 import onnx
 
 from autotune.errors import AutotuneError
+from autotune.half_precision import ZOO_DTYPES
 from autotune.zoo.alexnet import MIN_SIZE as ALEXNET_MIN_SIZE
 from autotune.zoo.alexnet import alexnet
 from autotune.zoo.autoencoder import SIDE_MULTIPLE, autoencoder
@@ -147,14 +148,21 @@ def _check_int(what: str, value: object, minimum: int, hint: str = "") -> int:
     return value
 
 
+#: The floating types a zoo model can be built in: float16 is the float32 model with its
+#: weights rounded and every float tensor typed float16, as a half-precision deployment runs it.
+DTYPES = ZOO_DTYPES
+
+
 def build_model(
-    name: str, *, batch_size: int = 1, size: int | None = None, seed: int = 0
+    name: str, *, batch_size: int = 1, size: int | None = None, seed: int = 0, dtype: str = "float32"
 ) -> onnx.ModelProto:
     """Build zoo model ``name`` with fully static shapes and seeded random weights.
 
     ``size`` defaults to the entry's ``default_size``; sizes below ``min_size``
     are rejected because some layer would produce an empty feature map.
     """
+    if dtype not in DTYPES:
+        raise AutotuneError(f"zoo models come in {' or '.join(DTYPES)}, not {dtype!r}")
     entry, builder = _REGISTRY[get_entry(name).name]
     batch_size = _check_int("batch size", batch_size, 1)
     size = entry.default_size if size is None else size
@@ -170,7 +178,7 @@ def build_model(
     except AutotuneError as exc:
         raise AutotuneError(f"zoo model {name!r} at batch {batch_size}, size {size}: {exc}") from None
     assert out == OUTPUT_NAME and g.shapes[out] == entry.output_shape(batch_size, size)
-    return g.finish(
+    model = g.finish(
         out,
         graph_name=name,
         doc=f"autotune zoo model '{name}': {entry.description}; random weights (seed {seed})",
@@ -179,8 +187,14 @@ def build_model(
             "autotune.zoo.batch_size": str(batch_size),
             "autotune.zoo.size": str(size),
             "autotune.zoo.seed": str(seed),
+            **({"autotune.zoo.dtype": dtype} if dtype != "float32" else {}),
         },
     )
+    if dtype == "float16":
+        from autotune.half_precision import float16_model
+
+        model = float16_model(model)
+    return model
 
 
 def export_model(
@@ -190,6 +204,7 @@ def export_model(
     batch_size: int = 1,
     size: int | None = None,
     seed: int = 0,
+    dtype: str = "float32",
 ) -> Path:
     """Build a zoo model and save it to ``path`` atomically.
 
@@ -200,5 +215,5 @@ def export_model(
     from autotune.compile import check_output_path, write_atomically
 
     target = check_output_path(path)
-    model = build_model(name, batch_size=batch_size, size=size, seed=seed)
+    model = build_model(name, batch_size=batch_size, size=size, seed=seed, dtype=dtype)
     return write_atomically(target, lambda tmp: onnx.save(model, tmp))

@@ -1,0 +1,124 @@
+"""What a half-precision model's outputs are checked against: the same model in float32.
+
+Two right float16 evaluations of a deep network differ by more than a few units in the
+last place: each rounds its intermediate tensors in its own order (ours also folds batch
+norm into the weights, and sums in float32). Ten zoo models cast to float16 and
+compiled for LLVM (2026-11-27, ``benchmarks/check_half_precision.py``) came out 0.7x to 2.4x as far from the model widened to
+float32 as ONNX's reference evaluator's float16 outputs did (ResNet-18: 0.0053 against
+0.0054 on outputs up to 6.4; three came out equal to the evaluator's), yet compared
+with the latter directly, within two units in the last place, the other seven failed
+(MobileNetV2 differed by up to 0.018 on outputs up to 5.5). So ``run --check``
+also evaluates the model widened to float32 (exactly: every float16 or bfloat16 value is
+a float32 value) and accepts outputs no further from it than :data:`ERROR_FACTOR` times
+the reference evaluator's own half-precision outputs are. A wrong kernel misses by about
+the size of the outputs, some hundreds of times that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: The floating types the zoo builds models in (``autotune zoo export --dtype``).
+ZOO_DTYPES = ("float32", "float16")
+
+#: How much further from the float32 model than ONNX's own half-precision evaluation an
+#: output may lie (observed: at most 2.4x, on the zoo's seq2seq).
+ERROR_FACTOR = 8.0
+
+
+def _half_types() -> set[int]:
+    from onnx import TensorProto
+
+    return {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def float32_model(proto):
+    """A copy of ``proto`` with every float16 and bfloat16 tensor, type and cast made
+    float32; None when the model has none (nothing to widen)."""
+    import numpy as np
+    from onnx import TensorProto
+
+    return _retyped(proto, _half_types(), TensorProto.FLOAT, np.float32)
+
+
+def float16_model(proto):
+    """A copy of ``proto`` with every float32 tensor, type and cast made float16: a model
+    as a float16 deployment runs it (the zoo's ``dtype="float16"``). Weights round to
+    float16; None when the model has no float32 at all."""
+    import numpy as np
+    from onnx import TensorProto
+
+    return _retyped(proto, {TensorProto.FLOAT}, TensorProto.FLOAT16, np.float16)
+
+
+def _retyped(proto, sources: set[int], target: int, np_target):
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    return out if _retype_graph(out.graph, sources, target, np_target) else None
+
+
+def _retype_graph(graph, sources: set[int], target: int, np_target) -> bool:
+    from onnx import AttributeProto, numpy_helper
+
+    def converted(tensor):
+        return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np_target), tensor.name)
+
+    changed = False
+    for i, init in enumerate(graph.initializer):
+        if init.data_type in sources:
+            graph.initializer[i].CopyFrom(converted(init))
+            changed = True
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        tensor_type = info.type.tensor_type
+        if tensor_type.elem_type in sources:
+            tensor_type.elem_type = target
+            changed = True
+    for node in graph.node:
+        if node.op_type == "Constant":
+            changed |= _retype_float_constant(node, target, np_target)
+        for attr in node.attribute:
+            if attr.type == AttributeProto.INT and attr.name in ("to", "dtype") and attr.i in sources:
+                attr.i = target  # Cast's target type, RandomNormal's and EyeLike's
+                changed = True
+            elif attr.type == AttributeProto.TENSOR and attr.t.data_type in sources:
+                attr.t.CopyFrom(converted(attr.t))  # Constant's value, ConstantOfShape's
+                changed = True
+            elif attr.type == AttributeProto.GRAPH:
+                changed |= _retype_graph(attr.g, sources, target, np_target)
+            elif attr.type == AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    changed |= _retype_graph(sub, sources, target, np_target)
+    return changed
+
+
+def _retype_float_constant(node, target: int, np_target) -> bool:
+    """A ``Constant`` given as ``value_float(s)`` (always float32) as a ``value`` tensor of
+    the target type."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    if target == TensorProto.FLOAT:
+        return False
+    for i, attr in enumerate(node.attribute):
+        if attr.name in ("value_float", "value_floats"):
+            value = np.asarray(attr.f if attr.name == "value_float" else list(attr.floats), dtype=np_target)
+            del node.attribute[i]
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value, "value")))
+            return True
+    return False
+
+
+def widen_inputs(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inputs as the float32 model takes them (half-precision arrays widened)."""
+    import numpy as np
+
+    return {name: a.astype(np.float32) if str(a.dtype) in ("float16", "bfloat16") else a for name, a in feed.items()}
+
+
+def is_half(array: np.ndarray) -> bool:
+    return str(array.dtype) in ("float16", "bfloat16")
