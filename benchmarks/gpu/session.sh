@@ -38,6 +38,7 @@
 #   bash benchmarks/gpu/session.sh rpc       # tune --rpc against a server that cannot compile CUDA
 #   bash benchmarks/gpu/session.sh primitives  # conv/pool/LRN/BN/ReLU/FC/softmax vs cuDNN/cuBLAS
 #   bash benchmarks/gpu/session.sh zoo       # dqn, autoencoder, speech, seq2seq, memnet: tune, export, check
+#   bash benchmarks/gpu/session.sh half      # float16 zoo models against float32; ResNet-18 in float16 tuned and checked
 #   bash benchmarks/gpu/session.sh nvrtc     # NVRTC with and without the build workers' header cache
 #   bash benchmarks/gpu/session.sh builds    # what a candidate build is made of: compile, NVRTC, link, pool waiting
 #   bash benchmarks/gpu/session.sh retime    # each tuner's final configs timed again side by side (RESULTS, ROUNDS)
@@ -301,6 +302,18 @@ retime)
       --target cuda --rounds "${ROUNDS:-3}" --out "$R/retimed_finals_cuda${TAG:-}.json" "$@"; then
     touch "$(dirname "$db")/done${TAG:-}"  # finished: `plan` skips it in later calls
   fi
+  ;;
+half)
+  # Half precision on the GPU (README, "Half-precision models", 2026-11-27): float16 zoo
+  # models compiled with TVM's defaults against the same models in float32, then
+  # ResNet-18 in float16 tuned, exported and checked (convs and matmuls accumulate in
+  # float32, as cuDNN's do; only ever run on LLVM before). About 4 minutes.
+  step half_check "${LIMIT:-240}" $py benchmarks/check_half_precision.py --target cuda --size "${SIZE:-64}" \
+    --models "${MODELS:-resnet18,mobilenetv2,transformer,seq2seq}" --out "$R/half_precision_check_cuda.json"
+  step half_export 60 $py -m autotune zoo export resnet18 --dtype float16 -o "$R/resnet18_fp16.onnx"
+  step half_tune "${LIMIT:-240}" $py -m autotune tune "$R/resnet18_fp16.onnx" --target cuda --trials "${TRIALS:-32}" \
+    --no-mlflow --json --quiet --out "$R/resnet18_fp16.so"
+  step half_run 90 $py -m autotune run "$R/resnet18_fp16.so" --check "$R/resnet18_fp16.onnx" --json
   ;;
 zoo)
   # The zoo models added on 2026-11-25, none of which has run on a GPU: tune, export, and
