@@ -37,13 +37,23 @@ def seeded_inputs(meta: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for name, info in meta["inputs"].items():
-        dtype = info.get("dtype", "float32")
+        dtype = numpy_dtype(info.get("dtype", "float32"))
         shape = [int(d) for d in info["shape"]]
-        if dtype.startswith("float"):
+        if dtype.kind == "f" or dtype.name == "bfloat16":
             out[name] = rng.standard_normal(shape).astype(dtype)
         else:
             out[name] = rng.integers(0, min(2, _index_limit(info) or 2), size=shape).astype(dtype)
     return out
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """numpy's type of a tensor type as TVM names it; bfloat16 is ml_dtypes', which numpy
+    does not know by name."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def _index_limit(info: Mapping[str, Any]) -> int | None:
@@ -85,7 +95,7 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
     out: dict[str, np.ndarray] = {}
     for name, info in want.items():
         array = np.asarray(arrays[name])
-        dtype = np.dtype(info.get("dtype", "float32"))
+        dtype = numpy_dtype(info.get("dtype", "float32"))
         if list(array.shape) != [int(d) for d in info["shape"]]:
             raise AutotuneError(f"{source}: input {name} has shape {list(array.shape)}, the module takes {info['shape']}")
         if array.dtype != dtype:
@@ -105,7 +115,9 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
 
 def save_outputs(path: str | os.PathLike, outputs: list[np.ndarray], meta: dict[str, Any]) -> Path:
     """The outputs as an ``.npz``, named as the model names them (``output_0``... where the
-    module does not say); written whole or not at all."""
+    module does not say); written whole or not at all. bfloat16 outputs are written as
+    float32 (exactly): an ``.npz`` has no bfloat16, and numpy would read them back as
+    untyped two-byte records."""
     from autotune.compile import check_output_path, write_atomically
 
     out = check_output_path(path)
@@ -113,7 +125,8 @@ def save_outputs(path: str | os.PathLike, outputs: list[np.ndarray], meta: dict[
     if len(names) != len(outputs) or len(set(names)) != len(names):
         names = [f"output_{i}" for i in range(len(outputs))]
     # np.savez adds ".npz" to a name without it: the temporary name keeps it
-    return write_atomically(out, lambda tmp: np.savez(tmp, **dict(zip(names, outputs))), suffix=".tmp.npz")
+    arrays = [a.astype(np.float32) if a.dtype.name == "bfloat16" else a for a in outputs]
+    return write_atomically(out, lambda tmp: np.savez(tmp, **dict(zip(names, arrays))), suffix=".tmp.npz")
 
 
 def load(path: str | os.PathLike, meta: dict[str, Any]):
