@@ -217,9 +217,41 @@ def _flatten(result) -> list[np.ndarray]:
 
 
 def onnx_reference(model_path_or_proto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Outputs of the ONNX reference evaluator: the ground truth for ``--check``."""
+    """Outputs of the ONNX reference evaluator: the ground truth for ``--check``.
+
+    The evaluator keeps some operators only in their newer versions (onnx 1.23 has
+    ``DequantizeLinear`` from opset 19 on, and refuses a quantized model of opset 17). Such
+    a model is converted up to the version the evaluator has, by ONNX's own version
+    converter, and evaluated there; a model the converter cannot take keeps the
+    evaluator's error."""
     import onnx
+    from onnx import version_converter
     from onnx.reference import ReferenceEvaluator
 
     proto = onnx.load(str(model_path_or_proto)) if isinstance(model_path_or_proto, (str, os.PathLike)) else model_path_or_proto
-    return [np.asarray(o) for o in ReferenceEvaluator(proto).run(None, inputs)]
+    tried: set[int] = set()
+    while True:
+        try:
+            return [np.asarray(o) for o in ReferenceEvaluator(proto).run(None, inputs)]
+        except RuntimeError as err:
+            newer = _opset_the_evaluator_has(str(err))
+            if newer is None or newer in tried:
+                raise
+            tried.add(newer)
+            try:
+                proto = version_converter.convert_version(proto, newer)
+            except Exception:
+                raise err from None
+
+
+def _opset_the_evaluator_has(message: str) -> int | None:
+    """The lowest newer opset the evaluator implements an operator in, from its error
+    ("No implementation for operator 'X' domain '' and version 17, found 19, 21, None.")."""
+    import re
+
+    found = re.search(r"No implementation for operator '[^']+' domain '' and version (\d+), found ([^.]*)", message)
+    if not found:
+        return None
+    version = int(found.group(1))
+    newer = [int(v) for v in re.findall(r"\d+", found.group(2)) if int(v) > version]
+    return min(newer) if newer else None

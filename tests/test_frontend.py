@@ -529,3 +529,28 @@ def test_widening_to_float32_reaches_casts_constants_and_subgraphs():
     np.testing.assert_allclose(got, x * np.array([1.0, 2.0, np.float16(1 / 3)], np.float32) * 1.0)
     assert float32_model(wide) is None  # nothing half left to widen
     assert float16_model(float16_model(wide)) is None and str(float32_model(float16_model(wide))) == text
+
+
+def test_a_quantized_model_of_an_older_opset_is_checked(tmp_path):
+    """ONNX's reference evaluator has ``DequantizeLinear`` only from opset 19 on and
+    refused a quantize-dequantize model of opset 17, so ``run --check`` blamed the module
+    ("is the module compiled from ...?"). The reference now evaluates the model converted
+    up to the opset it has."""
+    from autotune import api
+
+    rng = np.random.default_rng(0)
+    scale = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)  # noqa: E731
+    zero = lambda name: numpy_helper.from_array(np.array(0, np.int8), name)  # noqa: E731
+    model = _save(tmp_path / "qdq.onnx", [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["Wq", "ws", "wz"], ["wd"]),
+        helper.make_node("Conv", ["xd", "wd"], ["y"]),
+    ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) * 20).astype(np.int8), "Wq"),
+         scale("xs", 0.02), zero("xz"), scale("ws", 0.01), zero("wz")], opset=17)
+    module = tmp_path / "qdq.so"
+    api.compile(model, module, target="llvm")
+    check = api.run(module, check=model, repeat=1)["check"]
+    assert check["ok"] and check["max_abs_error"] < 1e-5, check
