@@ -94,6 +94,91 @@ def stub_tensor_intrinsics() -> None:
     sys.modules[name] = pkg
 
 
+#: Tensor cores (``wmma``) came with Volta: sm_70.
+TENSOR_CORE_MIN_ARCH = 70
+#: meta-schedule's rule set that tensorizes on them, and the annotation its sketches carry.
+TENSOR_CORE_RULES = "cuda-tensorcore"
+_AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
+
+
+def rule_sets(func, target) -> tuple[str, ...]:
+    """meta-schedule's rule sets a layer's sketches come from: the target's own, and on a
+    GPU with tensor cores, for a layer that multiplies float16 and sums in float32 (what
+    :mod:`autotune.rewrites` makes of every float16 conv and matmul), also the set that
+    computes it on tensor cores, as cuDNN and cuBLAS do. Its sketches join the others as
+    values of the ``sketch`` knob: tuners pick between them, and a shape the tensor-core
+    rules cannot take still has the plain sketches."""
+    if target.kind.name != "cuda":
+        return ("llvm",)
+    arch = str(target.attrs.get("arch", ""))
+    digits = arch.removeprefix("sm_").rstrip("a")
+    if digits.isdigit() and int(digits) >= TENSOR_CORE_MIN_ARCH and _sums_half_products_in_float32(func):
+        return ("cuda", TENSOR_CORE_RULES)
+    return ("cuda",)
+
+
+def _sums_half_products_in_float32(func) -> bool:
+    """Whether a block of ``func`` reduces into float32 what it reads from float16 buffers."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(rv)
+        if block.init is None or not block.writes:
+            continue
+        if _dtype(block.writes[0]) == "float32" and any(_dtype(r) == "float16" for r in block.reads):
+            return True
+    return False
+
+
+def _dtype(region) -> str:
+    """The element type of a block's read or write region (its buffer's variable)."""
+    return str(getattr(region.source, "dtype", ""))
+
+
+def register_cuda_tensor_intrinsics() -> None:
+    """Register TVM's CUDA tensor intrinsics (``wmma``, ``mma``): the tensor-core rules
+    name them. About 15 s on this CPU machine, once per process, and only for a layer
+    that can use them (:func:`stub_tensor_intrinsics` keeps every other path off it)."""
+    import importlib
+
+    stub_tensor_intrinsics()
+    importlib.import_module("tvm.s_tir.tensor_intrin.cuda")
+
+
+def tensor_core_rules() -> list:
+    """meta-schedule's tensor-core rules as its ``cuda-tensorcore`` set has them, less two
+    things: operands are staged in static shared memory, not dynamic, and the ``mma``
+    rule (software-pipelined, dynamic shared memory only) is left out. TVM 0.27 merges a
+    kernel's dynamic shared buffers into one and then lets the float32 accumulator's
+    ``wmma`` store address a float16 view of it, which its own lowering refuses
+    ("tvm_access_ptr element type must match the source buffer"): every tensor-core
+    candidate of a float16 conv and matmul failed to build that way."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
+
+    plain = ms.ScheduleRule.create("cuda")
+    operands, results = "shared", "shared.dyn"
+    return [
+        plain[0],  # ApplyCustomRule, as the set begins
+        ms.schedule_rule.MultiLevelTilingTensorCore(
+            intrin_groups=[get_wmma_intrin_group(operands, results, "float16", "float32", trans_b) for trans_b in (False, True)],
+            structure="SSSRRSRS",
+            tile_binds=["blockIdx.y", "blockIdx.x", "threadIdx.y"],
+            max_innermost_factor=4,
+            vector_load_lens=[1, 2, 3, 4, 8, 16],
+            reuse_read=ms.schedule_rule.ReuseType(req="must", levels=[4], scope=operands),
+            reuse_write=ms.schedule_rule.ReuseType(req="must", levels=[2], scope=results),
+            use_software_pipeline=False,
+        ),
+        *plain[1:],
+    ]
+
+
+def _tensorizes(trace) -> bool:
+    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == _AUTO_TENSORIZE for inst in trace.insts)
+
+
 def _shared_bytes(footprints: list[SharedFootprint | None], config: Mapping[str, Any]) -> int | None:
     """``config``'s shared memory per block by its sketch's footprint (None: no estimate)."""
     footprint = footprints[int(config.get("sketch", 0))]
@@ -113,26 +198,40 @@ class MetaScheduleSpace(KnobSpace):
         self.target = target
         func = without_unknown_rules(func, target)
         self.mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-        kind = "cuda" if target.kind.name == "cuda" else "llvm"
+        self.rule_sets = rule_sets(func, target)
+        cuda = target.kind.name == "cuda"
+        self.sketches, self._postprocs, self._contexts = [], [], []
         with _CONTEXT_LOCK:
             stub_tensor_intrinsics()
-            ctx = ms.TuneContext(
-                mod=self.mod,
-                target=target,
-                space_generator=ms.space_generator.PostOrderApply(
-                    sch_rules=kind, postprocs=kind, mutator_probs=kind
-                ),
-                task_name=name,
-                num_threads=1,
-                rand_state=SKETCH_SEED,
-            )
-            self.sketches = list(ctx.generate_design_space())
+            for kind in self.rule_sets:
+                if kind == TENSOR_CORE_RULES:
+                    register_cuda_tensor_intrinsics()
+                ctx = ms.TuneContext(
+                    mod=self.mod,
+                    target=target,
+                    space_generator=ms.space_generator.PostOrderApply(
+                        sch_rules=tensor_core_rules() if kind == TENSOR_CORE_RULES else kind, postprocs=kind, mutator_probs=kind
+                    ),
+                    task_name=name,
+                    num_threads=1,
+                    rand_state=SKETCH_SEED,
+                )
+                drawn = list(ctx.generate_design_space())
+                if kind == TENSOR_CORE_RULES:  # where they cannot tensorize, the plain sketches are the same
+                    drawn = [sketch for sketch in drawn if _tensorizes(sketch.trace)]
+                self.sketches += drawn
+                self._postprocs += [list(ctx.space_generator.postprocs)] * len(drawn)
+                self._contexts.append(ctx)  # keeps the postprocessors' tune context alive
         if not self.sketches:
             raise InvalidConfig(f"meta-schedule generated no design space for {name}")
-        self.postprocs = list(ctx.space_generator.postprocs)
-        self._ctx = ctx  # keeps postprocs' tune context alive
+        #: Sketches that compute on tensor cores: the thread and register checks below
+        #: read plain multi-level tilings and leave these to VerifyGPUCode.
+        self.tensor_core_sketches = frozenset(k for k, sketch in enumerate(self.sketches) if _tensorizes(sketch.trace))
         self._iter_names = _block_iter_names(func)
         self._samplers = [self._samplers_of(sketch.trace) for sketch in self.sketches]
+        self._plain_knobs = frozenset(
+            s.knob for k, samplers in enumerate(self._samplers) if k not in self.tensor_core_sketches for s in samplers
+        )
 
         knobs: dict[str, Knob] = {}
         if len(self.sketches) > 1:
@@ -158,22 +257,28 @@ class MetaScheduleSpace(KnobSpace):
                 else:
                     knobs[s.knob] = Knob(s.knob, s.values, "ordinal" if _all_numbers(s.values) else "categorical")
         super().__init__(list(knobs.values()))
-        self.space_id = self.shape_id(TEMPLATE + ":" + kind)
-        self.max_threads = int(target.attrs["max_threads_per_block"]) if kind == "cuda" else 0
+        self.space_id = self.shape_id(TEMPLATE + ":" + "+".join(self.rule_sets))
+        self.max_threads = int(target.attrs["max_threads_per_block"]) if cuda else 0
         # meta-schedule annotates thread extents to [warp size, max threads]; blocks
         # smaller than a warp are only possible when the whole loop nest is.
-        spatial = math.prod(
-            math.prod(k.candidates[0]) for k in self.knobs if k.kind == "tile" and len(k.candidates[0]) == 5
-        )
-        self.min_threads = min(int(target.attrs.get("thread_warp_size", 32)), spatial) if kind == "cuda" else 0
+        spatial = math.prod(math.prod(k.candidates[0]) for k in self._thread_tiles())
+        self.min_threads = min(int(target.attrs.get("thread_warp_size", 32)), spatial) if cuda else 0
         # VerifyGPUCode bounds local memory per block by the register file size.
-        self.max_local_bytes = int(target.attrs.get("registers_per_block", 65536)) if kind == "cuda" else 0
+        self.max_local_bytes = int(target.attrs.get("registers_per_block", 65536)) if cuda else 0
         # ... and shared memory by the target's limit: estimated per sketch from its trace.
-        self.max_shared_bytes = int(target.attrs.get("max_shared_memory_per_block", 49152)) if kind == "cuda" else 0
+        self.max_shared_bytes = int(target.attrs.get("max_shared_memory_per_block", 49152)) if cuda else 0
         self._shared: list[SharedFootprint | None] = [None] * len(self.sketches)
-        self._estimate_shared = kind == "cuda" and estimate_shared
+        self._estimate_shared = cuda and estimate_shared
         if self._estimate_shared:
             self._shared = self._shared_estimates()
+
+    def _thread_tiles(self) -> list[Knob]:
+        """The 5-part spatial tiles ``[blockIdx, vthread, threadIdx, inner, innermost]`` of
+        the plain sketches, which the thread and register checks read."""
+        return [k for k in self.knobs if k.kind == "tile" and len(k.candidates[0]) == 5 and k.name in self._plain_knobs]
+
+    def _on_tensor_cores(self, config: Mapping[str, Any]) -> bool:
+        return int(config.get("sketch", 0)) in self.tensor_core_sketches
 
     # --- knob naming ----------------------------------------------------------------------
     def _samplers_of(self, trace) -> list[_Sampler]:
@@ -275,7 +380,7 @@ class MetaScheduleSpace(KnobSpace):
 
     def implausibility(self, config: Mapping[str, Any]) -> str | None:
         """Which device limit ``config`` exceeds (None: none that is checked here)."""
-        if not self.max_threads:
+        if not self.max_threads or self._on_tensor_cores(config):
             return None
         threads, vthreads = self.thread_counts(config)
         if threads > self.max_threads or vthreads > MAX_VTHREAD or threads < self.min_threads:
@@ -310,6 +415,9 @@ class MetaScheduleSpace(KnobSpace):
                 work *= table[2][rows[:, k]]
         ok &= (threads <= self.max_threads) & (vthreads <= MAX_VTHREAD) & (threads >= self.min_threads)
         ok &= threads * vthreads * work * 4 <= self.max_local_bytes
+        if self.tensor_core_sketches:
+            sketch = rows[:, self.knobs.index(self.knob("sketch"))]
+            ok |= np.isin(sketch, list(self.tensor_core_sketches))
         if any(f is not None for f in shared):
             for i in np.flatnonzero(ok):
                 nbytes = _shared_bytes(shared, self.from_indices(rows[i]))
@@ -324,8 +432,9 @@ class MetaScheduleSpace(KnobSpace):
         tables = self.__dict__.get("_thread_tables_cache")
         if tables is None:
             tables = []
+            thread_tiles = {k.name for k in self._thread_tiles()}
             for knob in self.knobs:
-                if knob.kind == "tile" and len(knob.candidates[0]) == 5:
+                if knob.name in thread_tiles:
                     tables.append((
                         np.array([int(c[1]) for c in knob.candidates], dtype=np.int64),
                         np.array([int(c[2]) for c in knob.candidates], dtype=np.int64),
@@ -347,8 +456,9 @@ class MetaScheduleSpace(KnobSpace):
 
         plain = Schedule(self.mod, debug_mask="none")
         return [
-            SharedFootprint.of_sketch(sketch.trace, {s.inst_index: s.knob for s in samplers if s.kind == "tile"}, plain)
-            for sketch, samplers in zip(self.sketches, self._samplers)
+            None if k in self.tensor_core_sketches  # fragments and padded layouts: not read here
+            else SharedFootprint.of_sketch(sketch.trace, {s.inst_index: s.knob for s in samplers if s.kind == "tile"}, plain)
+            for k, (sketch, samplers) in enumerate(zip(self.sketches, self._samplers))
         ]
 
     def fits_device_rows(self, rows: Any) -> np.ndarray:
@@ -370,21 +480,19 @@ class MetaScheduleSpace(KnobSpace):
     def thread_work(self, config: Mapping[str, Any]) -> int:
         """Accumulators each thread keeps in registers: the two innermost spatial parts."""
         work = 1
-        for knob in self.knobs:
-            if knob.kind == "tile" and len(knob.candidates[0]) == 5:
-                value = config[knob.name]
-                work *= int(value[3]) * int(value[4])
+        for knob in self._thread_tiles():
+            value = config[knob.name]
+            work *= int(value[3]) * int(value[4])
         return work
 
     def thread_counts(self, config: Mapping[str, Any]) -> tuple[int, int]:
         """(threads per block, virtual threads) of a CUDA multi-level tiling config:
         spatial tiles have 5 parts [blockIdx, vthread, threadIdx, inner, innermost]."""
         threads = vthreads = 1
-        for knob in self.knobs:
-            if knob.kind == "tile" and len(knob.candidates[0]) == 5:
-                value = config[knob.name]
-                vthreads *= int(value[1])
-                threads *= int(value[2])
+        for knob in self._thread_tiles():
+            value = config[knob.name]
+            vthreads *= int(value[1])
+            threads *= int(value[2])
         return threads, vthreads
 
     # --- realization -------------------------------------------------------------------------
@@ -448,7 +556,7 @@ class MetaScheduleSpace(KnobSpace):
         except Exception as err:  # a decision the schedule primitives refuse
             raise InvalidConfig(f"schedule replay failed: {_first_line(err)}") from None
 
-        for post in self.postprocs:
+        for post in self._postprocs[k]:
             try:
                 ok = post.apply(sch)
             except Exception as err:

@@ -723,3 +723,55 @@ def test_a_batch_applied_on_threads_gives_the_serial_programs(cuda_space, llvm_s
             assert tvm_ffi.structural_equal(serial[i], items[i][0].apply(items[i][1])), i
         else:
             assert isinstance(threaded[i], InvalidConfig), i
+
+
+@pytest.fixture(scope="module")
+def half_conv(tmp_path_factory):
+    """ResNet-18's 3x3 64->64 conv as a float16 model has it: float16 operands, summed in
+    float32 (autotune.rewrites), rounded to float16 with the bias and ReLU after."""
+    from autotune import zoo
+    from autotune.decompose import decompose
+    from autotune.frontend import load_and_fuse
+
+    path = tmp_path_factory.mktemp("half") / "resnet18_fp16.onnx"
+    zoo.export_model("resnet18", path, size=32, dtype="float16")
+    _, mod = load_and_fuse(str(path))
+    layer = [l for l in decompose(mod, batch_size=1) if l.op_class == "conv2d"][1]
+    assert layer.weights[0] == [64, 64, 3, 3] and "cast" in layer.name
+    return layer
+
+
+def test_half_precision_layers_get_tensor_core_sketches_beside_the_plain_ones(half_conv, convs, cuda_target):
+    """On a GPU with tensor cores a float16 conv's space holds meta-schedule's tensor-core
+    sketches (wmma, float32 accumulators) as more values of its ``sketch`` knob, beside
+    the plain ones; float32 layers, and GPUs before Volta, keep the plain space. A
+    tensor-core config compiles to CUDA that calls the tensor cores; the thread and
+    register checks, which read plain tilings, leave such configs to VerifyGPUCode, and
+    the bulk check agrees with the one-by-one check on every row."""
+    from autotune.device_code import generated_cuda_source
+    from autotune.target import resolve_target
+    from templates.meta_schedule_space import TENSOR_CORE_RULES, rule_sets
+
+    assert rule_sets(convs[1].func, cuda_target) == ("cuda",)
+    assert rule_sets(half_conv.func, resolve_target("cuda:sm_60").tvm_target) == ("cuda",)
+    assert rule_sets(half_conv.func, resolve_target("llvm").tvm_target) == ("llvm",)
+    space = MetaScheduleSpace(half_conv.func, cuda_target, name=half_conv.name)
+    assert space.rule_sets == ("cuda", TENSOR_CORE_RULES)
+    assert space.tensor_core_sketches and len(space.tensor_core_sketches) < len(space.sketches)
+    assert not space.shared_estimated[min(space.tensor_core_sketches)]
+
+    rng = np.random.default_rng(0)
+    rows = np.stack([[int(rng.integers(len(k))) for k in space.knobs] for _ in range(2000)])
+    one_by_one = np.array([space.is_plausible(space.from_indices(row)) for row in rows])
+    assert (space.plausible_rows(rows) == one_by_one).all()
+
+    applied = {True: None, False: None}
+    for row in rows:
+        config = space.from_indices(row)
+        on_tensor_cores = int(config["sketch"]) in space.tensor_core_sketches
+        if applied[on_tensor_cores] is None and space.applies(config):
+            applied[on_tensor_cores] = space.apply(config)
+        if all(m is not None for m in applied.values()):
+            break
+    tensor_cores, plain = (generated_cuda_source(applied[k], cuda_target) for k in (True, False))
+    assert "wmma::mma_sync" in tensor_cores and "wmma::" not in plain
