@@ -167,7 +167,9 @@ def compile_fatbin(source: str, arch: str, target) -> bytes:
             return bytes(nvcc.compile_cuda(source, target_format=BINARY_FORMAT, arch=gencode, compiler="nvcc"))
     except Exception as err:  # nvcc's own report: keep its first error line
         lines = [ln for ln in str(err).splitlines() if ln.strip()]
-        first = next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else repr(err))
+        # nvcc's own "file(line): error: ..." first; TVM's "Compilation error:" heading says nothing
+        first = next((ln for ln in lines if ": error" in ln.lower()),
+                     next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else repr(err)))
         raise AutotuneError(f"nvcc could not compile the generated CUDA code for {arch}: {first.strip()[:300]}") from None
 
 
