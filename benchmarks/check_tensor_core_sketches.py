@@ -7,7 +7,10 @@ whether TVM generates CUDA for them that calls ``wmma::mma_sync`` (and, with
 ``--fatbin``, whether nvcc compiles it for the target arch). No GPU needed; how fast the
 kernels run is for one (``benchmarks/gpu/session.sh half``).
 
-Run:  python benchmarks/check_tensor_core_sketches.py --model resnet18 --configs 3 --fatbin \\
+With ``--judge N``, also N random tensor-core configs per layer judged by the space's own
+device-limit checks against the postprocessors' verdict.
+
+Run:  python benchmarks/check_tensor_core_sketches.py --model resnet18 --configs 3 --fatbin --judge 200 \\
           --out benchmarks/results/tensor_core_sketches_resnet18_fp16_sm90.json
 """
 
@@ -25,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _emit import emit  # noqa: E402
 
 
-def check_layer(layer, target, arch: str, configs: int, tries: int, fatbin: bool, seed: int) -> dict:
+def check_layer(layer, target, arch: str, configs: int, tries: int, fatbin: bool, seed: int, judge: int = 0) -> dict:
     import numpy as np
 
     from autotune.device_code import compile_fatbin, generated_cuda_source
@@ -64,7 +67,33 @@ def check_layer(layer, target, arch: str, configs: int, tries: int, fatbin: bool
         calls_tensor_cores += "wmma::mma_sync" in source
     row.update(drawn=drawn, rejected=invalid, compiled=compiled, calls_tensor_cores=calls_tensor_cores,
                fatbins=fatbins, failures=failures)
+    if judge:
+        row["checks"] = judge_checks(space, judge, rng)
     return row
+
+
+def judge_checks(space, n: int, rng) -> dict:
+    """The space's own checks of tensor-core configs against the postprocessors'
+    verdict (VerifyGPUCode last) on ``n`` random ones: a sound check rejects none the
+    postprocessors accept. (Random configs from the space itself are drawn to pass its
+    checks: the share of them the postprocessors still reject is ``rejected`` above.)"""
+    from templates.space import InvalidConfig
+
+    tally = {"valid_kept": 0, "valid_rejected": 0, "invalid_caught": 0, "invalid_missed": 0}
+    judged = 0
+    while judged < n:  # uniform over the knobs' values: random_config draws past the checks
+        config = space.from_indices([int(rng.integers(len(k))) for k in space.knobs])
+        if int(config.get("sketch", 0)) not in space.tensor_core_sketches:
+            continue
+        judged += 1
+        try:
+            space.apply(config, screen=False)
+            valid = True
+        except InvalidConfig:
+            valid = False
+        plausible = space.is_plausible(config)
+        tally[("valid_" + ("kept" if plausible else "rejected")) if valid else ("invalid_" + ("missed" if plausible else "caught"))] += 1
+    return tally
 
 
 def main() -> int:
@@ -76,6 +105,7 @@ def main() -> int:
     parser.add_argument("--tries", type=int, default=2000, help="tensor-core configs drawn per layer at most")
     parser.add_argument("--fatbin", action="store_true", help="also compile each with nvcc for the target arch")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--judge", type=int, default=0, help="random tensor-core configs per layer to judge the space's own checks on")
     parser.add_argument("--out")
     args = parser.parse_args()
 
@@ -93,7 +123,7 @@ def main() -> int:
         _, mod = load_and_fuse(path)
     rows = []
     for layer in (l for l in decompose(mod, batch_size=1) if l.tunable):
-        rows.append(check_layer(layer, spec.tvm_target, arch, args.configs, args.tries, args.fatbin, args.seed))
+        rows.append(check_layer(layer, spec.tvm_target, arch, args.configs, args.tries, args.fatbin, args.seed, args.judge))
         r = rows[-1]
         print(f"{r['layer']}: {r['tensor_core_sketches']} of {r['sketches']} sketches on tensor cores"
               + (f", {r['compiled']} compiled ({r['calls_tensor_cores']} call wmma), {r['rejected']} of {r['drawn']} drawn rejected"
@@ -109,6 +139,8 @@ def main() -> int:
             "fatbins": sum(r["fatbins"] for r in with_sketches),
             "failures": sum(len(r["failures"]) for r in with_sketches),
             "rejected_share": round(sum(r["rejected"] for r in with_sketches) / max(1, sum(r["drawn"] for r in with_sketches)), 3),
+            **({"checks": {key: sum(r["checks"][key] for r in with_sketches) for key in with_sketches[0]["checks"]}}
+               if args.judge and with_sketches else {}),
         },
     }, args.out)
     return 0 if all(not r.get("failures") for r in rows) else 1

@@ -297,9 +297,9 @@ class MetaScheduleSpace(KnobSpace):
         """A tensor-core config's threads (32 per warp) and the float16 operand tiles it
         stages in shared memory, against the device's limits. Both are what the block
         needs at least (the results' staging comes on top), so a config they reject is
-        one VerifyGPUCode rejects: on four float16 ResNet-18 layers on sm_90 (2026-11-27)
-        they caught 74% to 86% of the random tensor-core configs VerifyGPUCode rejected,
-        and none it accepted."""
+        one VerifyGPUCode rejects: on the 16 float16 ResNet-18 layers on sm_90 (2026-11-27,
+        ``benchmarks/check_tensor_core_sketches.py --judge 200``) they caught 77% of the
+        random tensor-core configs VerifyGPUCode rejected, and none it accepted."""
         tiling = self._tensor_core_tilings.get(sketch)
         if tiling is None:
             return None
