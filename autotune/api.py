@@ -186,10 +186,9 @@ def run(
     ``save_outputs`` writes the outputs to an ``.npz``; ``return_outputs`` puts them, as
     numpy arrays, under ``result["output_arrays"]``.
     """
-
     from autotune.frontend import InputShapeError, load_model
-    from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
     from autotune.half_precision import is_half
+    from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
     from autotune.verify import max_abs_error, outputs_match
 
     check_count(seed, "seed", zero_ok=True)

@@ -1,17 +1,21 @@
-"""What a half-precision model's outputs are checked against: the same model in float32.
+"""Half-precision models: their ONNX conversions, and what their outputs are checked against.
 
-Two right float16 evaluations of a deep network differ by more than a few units in the
-last place: each rounds its intermediate tensors in its own order (ours also folds batch
-norm into the weights, and sums in float32). Ten zoo models cast to float16 and
-compiled for LLVM (2026-11-27, ``benchmarks/check_half_precision.py``) came out 0.7x to 2.4x as far from the model widened to
-float32 as ONNX's reference evaluator's float16 outputs did (ResNet-18: 0.0053 against
-0.0054 on outputs up to 6.4; three came out equal to the evaluator's), yet compared
-with the latter directly, within two units in the last place, the other seven failed
-(MobileNetV2 differed by up to 0.018 on outputs up to 5.5). So ``run --check``
-also evaluates the model widened to float32 (exactly: every float16 or bfloat16 value is
-a float32 value) and accepts outputs no further from it than :data:`ERROR_FACTOR` times
-the reference evaluator's own half-precision outputs are. A wrong kernel misses by about
-the size of the outputs, some hundreds of times that.
+The zoo builds a float16 model from its float32 one (:func:`float16_model`); ``run
+--check`` judges a half-precision module against the model widened to float32
+(:func:`float32_model`; exact, since every float16 or bfloat16 value is a float32 value).
+
+Why against float32: two right float16 evaluations of a deep network differ by more than
+a few units in the last place, each rounding its intermediate tensors in its own order
+(ours also folds batch norm into the weights, and sums in float32). Ten zoo models cast
+to float16 and compiled for LLVM (2026-11-27, ``benchmarks/check_half_precision.py``)
+came out 0.7x to 2.4x as far from the model widened to float32 as ONNX's reference
+evaluator's float16 outputs did (ResNet-18: 0.0053 against 0.0054 on outputs up to 6.4;
+three came out equal to the evaluator's), yet compared with the latter directly, within
+two units in the last place, the other seven failed (MobileNetV2 differed by up to
+0.018 on outputs up to 5.5). So a module passes when its outputs lie no further from
+the float32 model's than :data:`ERROR_FACTOR` times the reference evaluator's own
+half-precision outputs do. A wrong kernel misses by about the size of the outputs, some
+hundreds of times that.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ if TYPE_CHECKING:
 
 #: The floating types the zoo builds models in (``autotune zoo export --dtype``).
 ZOO_DTYPES = ("float32", "float16")
+#: The half-precision types, as TVM and numpy (with ml_dtypes) name them.
+HALF_TYPES = ("float16", "bfloat16")
 
 #: How much further from the float32 model than ONNX's own half-precision evaluation an
 #: output may lie (observed: at most 2.4x, on the zoo's seq2seq).
@@ -117,8 +123,8 @@ def widen_inputs(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The inputs as the float32 model takes them (half-precision arrays widened)."""
     import numpy as np
 
-    return {name: a.astype(np.float32) if str(a.dtype) in ("float16", "bfloat16") else a for name, a in feed.items()}
+    return {name: a.astype(np.float32) if is_half(a) else a for name, a in feed.items()}
 
 
 def is_half(array: np.ndarray) -> bool:
-    return str(array.dtype) in ("float16", "bfloat16")
+    return str(array.dtype) in HALF_TYPES

@@ -69,7 +69,6 @@ def kernel_rewrites():
 
 #: What a half-precision convolution or matmul accumulates in.
 ACCUMULATOR = "float32"
-HALF_TYPES = ("float16", "bfloat16")
 _CONV = ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout", "out_layout")
 
 
@@ -91,6 +90,8 @@ def _accumulating_ops(relax) -> dict:
 def _half_accumulator(call) -> str | None:
     """The half type ``call`` accumulates in, when its inputs are half and its
     accumulator is their type (none given, or the same); None otherwise."""
+    from autotune.half_precision import HALF_TYPES
+
     dtypes = {str(getattr(arg.ty, "dtype", "")) for arg in call.args}
     if len(dtypes) != 1:
         return None

@@ -151,13 +151,16 @@ def register_cuda_tensor_intrinsics() -> None:
 
 
 def tensor_core_rules() -> list:
-    """meta-schedule's tensor-core rules as its ``cuda-tensorcore`` set has them, less two
-    things: operands are staged in static shared memory, not dynamic, and the ``mma``
-    rule (software-pipelined, dynamic shared memory only) is left out. TVM 0.27 merges a
-    kernel's dynamic shared buffers into one and then lets the float32 accumulator's
-    ``wmma`` store address a float16 view of it, which its own lowering refuses
-    ("tvm_access_ptr element type must match the source buffer"): every tensor-core
-    candidate of a float16 conv and matmul failed to build that way."""
+    """meta-schedule's tensor-core rules as its ``cuda-tensorcore`` set has them, for
+    float16 operands and float32 results, less two things: the operands are staged in
+    static shared memory (the results still in dynamic), and the ``mma`` rule
+    (software-pipelined, dynamic shared memory only) is left out. TVM 0.27 merges a
+    kernel's dynamic shared buffers into one, and with every buffer static its storage
+    reuse shares them the same way; either way the float32 results' ``wmma`` store then
+    addresses a float16 view of the shared bytes, which its own lowering refuses
+    ("tvm_access_ptr element type must match the source buffer"), and every tensor-core
+    candidate of a float16 conv and matmul failed to build. With the results alone in
+    dynamic memory no buffer is shared across types."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
 
@@ -262,11 +265,16 @@ class MetaScheduleSpace(KnobSpace):
                     knobs[s.knob] = Knob(s.knob, s.values, "ordinal" if _all_numbers(s.values) else "categorical")
         super().__init__(list(knobs.values()))
         self._tensor_core_tilings = {k: self._tensor_core_tiling(k) for k in self.tensor_core_sketches}
+        #: The 5-part spatial tiles ``[blockIdx, vthread, threadIdx, inner, innermost]`` of
+        #: the plain sketches, which the thread and register checks read.
+        self._thread_tiles = tuple(
+            k for k in self.knobs if k.kind == "tile" and len(k.candidates[0]) == 5 and k.name in self._plain_knobs
+        )
         self.space_id = self.shape_id(TEMPLATE + ":" + "+".join(self.rule_sets))
         self.max_threads = int(target.attrs["max_threads_per_block"]) if cuda else 0
         # meta-schedule annotates thread extents to [warp size, max threads]; blocks
         # smaller than a warp are only possible when the whole loop nest is.
-        spatial = math.prod(math.prod(k.candidates[0]) for k in self._thread_tiles())
+        spatial = math.prod(math.prod(k.candidates[0]) for k in self._thread_tiles)
         self.min_threads = min(int(target.attrs.get("thread_warp_size", 32)), spatial) if cuda else 0
         # VerifyGPUCode bounds local memory per block by the register file size.
         self.max_local_bytes = int(target.attrs.get("registers_per_block", 65536)) if cuda else 0
@@ -276,11 +284,6 @@ class MetaScheduleSpace(KnobSpace):
         self._estimate_shared = cuda and estimate_shared
         if self._estimate_shared:
             self._shared = self._shared_estimates()
-
-    def _thread_tiles(self) -> list[Knob]:
-        """The 5-part spatial tiles ``[blockIdx, vthread, threadIdx, inner, innermost]`` of
-        the plain sketches, which the thread and register checks read."""
-        return [k for k in self.knobs if k.kind == "tile" and len(k.candidates[0]) == 5 and k.name in self._plain_knobs]
 
     def _tensor_core_tiling(self, sketch: int) -> tuple[str, str, str] | None:
         """The tile knobs of a tensor-core sketch's GEMM, in the order the rule samples
@@ -470,7 +473,7 @@ class MetaScheduleSpace(KnobSpace):
         tables = self.__dict__.get("_thread_tables_cache")
         if tables is None:
             tables = []
-            thread_tiles = {k.name for k in self._thread_tiles()}
+            thread_tiles = {k.name for k in self._thread_tiles}
             for knob in self.knobs:
                 if knob.name in thread_tiles:
                     tables.append((
@@ -518,7 +521,7 @@ class MetaScheduleSpace(KnobSpace):
     def thread_work(self, config: Mapping[str, Any]) -> int:
         """Accumulators each thread keeps in registers: the two innermost spatial parts."""
         work = 1
-        for knob in self._thread_tiles():
+        for knob in self._thread_tiles:
             value = config[knob.name]
             work *= int(value[3]) * int(value[4])
         return work
@@ -527,7 +530,7 @@ class MetaScheduleSpace(KnobSpace):
         """(threads per block, virtual threads) of a CUDA multi-level tiling config:
         spatial tiles have 5 parts [blockIdx, vthread, threadIdx, inner, innermost]."""
         threads = vthreads = 1
-        for knob in self._thread_tiles():
+        for knob in self._thread_tiles:
             value = config[knob.name]
             vthreads *= int(value[1])
             threads *= int(value[2])
