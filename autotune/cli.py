@@ -401,14 +401,21 @@ def cmd_history_runs(args) -> int:
 
 
 def _resolve_key(store, key: str) -> str:
+    return _unique_prefix(key, [w.key for w in store.workloads() if w.key.startswith(key)], "workload")
+
+
+def _unique_prefix(prefix: str, matches: list[str], what: str, hint: str = "") -> str:
+    """The one of ``matches`` (the names that start with ``prefix``) the user meant: the
+    exact name, else the only match; no match or several is one clear error line."""
     from autotune.errors import AutotuneError
 
-    keys = [w.key for w in store.workloads() if w.key.startswith(key)]
-    if not keys:
-        raise AutotuneError(f"no workload in history starts with {key!r}")
-    if len(keys) > 1:
-        raise AutotuneError(f"{key!r} matches {len(keys)} workloads; give more characters")
-    return keys[0]
+    if prefix in matches:
+        return prefix
+    if not matches:
+        raise AutotuneError(f"no {what} in history starts with {prefix!r}{hint}")
+    if len(matches) > 1:
+        raise AutotuneError(f"{prefix!r} matches {len(matches)} {what}s; give more characters")
+    return matches[0]
 
 
 def _record_dict(rec) -> dict[str, Any]:
@@ -511,14 +518,7 @@ def _resolve_run(store, prefix: str) -> str:
 
     if not prefix:
         raise AutotuneError("an empty run id names no run")
-    ids = store.run_ids(prefix)
-    if prefix in ids:
-        return prefix
-    if not ids:
-        raise AutotuneError(f"no run in history starts with {prefix!r} (see `autotune history runs`)")
-    if len(ids) > 1:
-        raise AutotuneError(f"{prefix!r} matches {len(ids)} runs; give more characters")
-    return ids[0]
+    return _unique_prefix(prefix, store.run_ids(prefix), "run", " (see `autotune history runs`)")
 
 
 def cmd_report(args) -> int:

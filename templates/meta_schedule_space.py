@@ -182,6 +182,17 @@ def tensor_core_rules() -> list:
     ]
 
 
+def _span(tile, start: int) -> int:
+    """Elements a tensor-core tile spans from part ``start`` inward (``wmma`` fragments of 16)."""
+    return WMMA_EDGE * math.prod(int(v) for v in tile[start:])
+
+
+def _tensor_core_usage(rows, cols, depth) -> tuple[int, int]:
+    """(warps per block, bytes of float16 operand tiles staged in shared memory) of a
+    tensor-core config's GEMM tiles (:meth:`MetaScheduleSpace._tensor_core_tiling`)."""
+    return int(rows[2]) * int(cols[2]), (_span(rows, 2) + _span(cols, 2)) * _span(depth, 1) * HALF_BYTES
+
+
 def _tensorizes(trace) -> bool:
     return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == _AUTO_TENSORIZE for inst in trace.insts)
 
@@ -306,16 +317,31 @@ class MetaScheduleSpace(KnobSpace):
         tiling = self._tensor_core_tilings.get(sketch)
         if tiling is None:
             return None
-        rows, cols, depth = (config[name] for name in tiling)
-        warps = int(rows[2]) * int(cols[2])
-        threads = WARP_SIZE * warps
-        if threads > self.max_threads:
-            return f"{threads} threads ({warps} warps) per block exceed the device limits"
-        span = lambda tile, start: WMMA_EDGE * math.prod(int(v) for v in tile[start:])  # noqa: E731
-        operands = (span(rows, 2) + span(cols, 2)) * span(depth, 1) * HALF_BYTES
+        warps, operands = _tensor_core_usage(*(config[name] for name in tiling))
+        if WARP_SIZE * warps > self.max_threads:
+            return f"{WARP_SIZE * warps} threads ({warps} warps) per block exceed the device limits"
         if operands > self.max_shared_bytes:
             return f"{operands} bytes of shared memory per block exceed the device's {self.max_shared_bytes}"
         return None
+
+    def _tensor_core_rows_ok(self, rows: np.ndarray, sketch: np.ndarray) -> np.ndarray:
+        """:meth:`_tensor_core_implausibility` of index rows in bulk, from per-knob tables
+        (search checks every point it looks at): True for rows it passes, and for rows of
+        other sketches."""
+        ok = np.ones(len(rows), dtype=bool)
+        for k, tiling in self._tensor_core_tilings.items():
+            at = np.flatnonzero(sketch == k)
+            if tiling is None or not len(at):
+                continue
+            columns = [self.knobs.index(self.knob(name)) for name in tiling]
+
+            def table(j: int, value) -> np.ndarray:  # ``value`` of each candidate of tiling knob j, at the rows
+                return np.array([value(c) for c in self.knobs[columns[j]].candidates], dtype=np.int64)[rows[at, columns[j]]]
+
+            warps = table(0, lambda t: int(t[2])) * table(1, lambda t: int(t[2]))
+            operands = (table(0, lambda t: _span(t, 2)) + table(1, lambda t: _span(t, 2))) * table(2, lambda t: _span(t, 1)) * HALF_BYTES
+            ok[at] = (WARP_SIZE * warps <= self.max_threads) & (operands <= self.max_shared_bytes)
+        return ok
 
     # --- knob naming ----------------------------------------------------------------------
     def _samplers_of(self, trace) -> list[_Sampler]:
@@ -455,10 +481,10 @@ class MetaScheduleSpace(KnobSpace):
                 work *= table[2][rows[:, k]]
         ok &= (threads <= self.max_threads) & (vthreads <= MAX_VTHREAD) & (threads >= self.min_threads)
         ok &= threads * vthreads * work * 4 <= self.max_local_bytes
-        if self.tensor_core_sketches:  # their own checks, row by row
+        if self.tensor_core_sketches:  # their own checks
             sketch = rows[:, self.knobs.index(self.knob("sketch"))]
-            for i in np.flatnonzero(np.isin(sketch, list(self.tensor_core_sketches))):
-                ok[i] = self._tensor_core_implausibility(self.from_indices(rows[i]), int(sketch[i])) is None
+            on_tensor_cores = np.isin(sketch, list(self.tensor_core_sketches))
+            ok = np.where(on_tensor_cores, self._tensor_core_rows_ok(rows, sketch), ok)
         if any(f is not None for f in shared):
             for i in np.flatnonzero(ok):
                 nbytes = _shared_bytes(shared, self.from_indices(rows[i]))
