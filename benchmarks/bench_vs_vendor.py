@@ -6,12 +6,16 @@ same operator is then timed through PyTorch, which calls cuDNN for convolutions 
 cuBLAS for matrix products. Vendor timing mirrors TVM's ``time_evaluator``: warm-up,
 then ``repeat`` batches of back-to-back calls timed with CUDA events, median kept.
 
-FP32 throughout, with TF32 tensor cores off by default (our kernels are plain FP32;
-``--tf32`` shows what the vendor gets when allowed to round inputs to TF32).
+Each layer runs on the vendor side in the dtype it has in the model: FP32 with TF32
+tensor cores off by default (our FP32 kernels are plain FP32; ``--tf32`` shows what the
+vendor gets when allowed to round inputs to TF32), and a float16 model (``autotune zoo
+export NAME --dtype float16``, tuned from that file) against cuDNN's and cuBLAS's
+half-precision kernels, which use tensor cores and accumulate in float32 as ours do.
 Our fused layers may carry an epilogue (bias, ReLU) the vendor call does without: that
 favours the vendor.
 
 Run:  python benchmarks/bench_vs_vendor.py --model resnet18 --history H.db --out FILE
+      python benchmarks/bench_vs_vendor.py --model resnet18_fp16.onnx --torchvision resnet18 --history H.db
 """
 
 from __future__ import annotations
@@ -63,8 +67,8 @@ def vendor_call(layer):
     import torch
     import torch.nn.functional as F
 
-    dev = "cuda"
-    rand = lambda shape: torch.randn(*shape, device=dev, dtype=torch.float32)  # noqa: E731
+    dev, dtype = "cuda", getattr(torch, layer.dtype)
+    rand = lambda shape: torch.randn(*shape, device=dev, dtype=dtype)  # noqa: E731
     a = layer.attrs
     cls = layer.op_class
     if cls in ("conv2d", "depthwise_conv2d"):
@@ -116,22 +120,28 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
-def model_latency_torch(name: str, size: int) -> float | None:
+def model_dtype(layers) -> str:
+    """The dtype the whole model runs in on the vendor side: that of its tunable layers
+    (a float16 export keeps float32 only where it must, e.g. no layer at all)."""
+    dtypes = {layer.dtype for layer in layers if layer.tunable}
+    return dtypes.pop() if len(dtypes) == 1 else "float32"
+
+
+def model_latency_torch(ctor: str, size: int, dtype: str) -> float:
     import torch
     import torchvision
 
-    ctor = TORCHVISION.get(name)
-    if ctor is None:
-        return None
-    model = getattr(torchvision.models, ctor)().eval().cuda()
-    x = torch.randn(1, 3, size, size, device="cuda")
+    model = getattr(torchvision.models, ctor)().eval().cuda().to(getattr(torch, dtype))
+    x = torch.randn(1, 3, size, size, device="cuda", dtype=getattr(torch, dtype))
     with torch.inference_mode():
         return time_cuda(lambda: model(x), warmup=5, repeat=7)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--model", default="resnet18", help="a zoo name or the ONNX file that was tuned")
+    parser.add_argument("--torchvision", help="torchvision model for the whole-model comparison "
+                        "(default: the zoo model's counterpart, none for a file)")
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--history", help="history database that 'autotune tune' filled on this GPU")
     parser.add_argument("--batch-norm", default=DEFAULT_BATCH_NORM, choices=BATCH_NORM_LAYERINGS,
@@ -159,6 +169,8 @@ def main() -> int:
     torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest algorithm per shape
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    # cuBLAS may otherwise sum a float16 product's split-K parts in float16; ours sum in float32
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
 
     from autotune import decompose, frontend
     from autotune.compile import DEFAULT_SPACE_PREFIX
@@ -168,8 +180,10 @@ def main() -> int:
     target = resolve_target(args.target)
     store = open_history(args.history, readonly=True)
     _, mod = frontend.load_and_fuse(args.model, size=args.size, batch_norm=args.batch_norm)
+    layers = decompose.decompose(mod)
+    dtype = model_dtype(layers)
     rows = []
-    for layer in decompose.decompose(mod):
+    for layer in layers:
         if not layer.tunable:
             continue
         tuned = [r for r in store.records(workload_key=layer.workload_key, target_key=target.key, status="ok")
@@ -185,7 +199,7 @@ def main() -> int:
             vendor_s = time_cuda(fn)
         rows.append({
             "layer": layer.name, "op_class": layer.op_class, "inputs": layer.inputs, "weights": layer.weights,
-            "attrs": layer.attrs, "epilogue": layer.epilogue, "occurrences": layer.occurrences,
+            "attrs": layer.attrs, "dtype": layer.dtype, "epilogue": layer.epilogue, "occurrences": layer.occurrences,
             "gflop": layer.flops / 1e9, "trials": len(tuned),
             "ours_us": best.latency_median * 1e6, "tvm_default_us": default.latency_median * 1e6 if default else None,
             "applied_us": applied_s * 1e6, "vendor_us": vendor_s * 1e6, "vendor_over_ours": vendor_s / applied_s,
@@ -194,15 +208,16 @@ def main() -> int:
               f"  ratio {rows[-1]['vendor_over_ours']:.2f}", file=sys.stderr, flush=True)
     store.close()
     result = {
-        "benchmark": "tuned layers vs cuDNN/cuBLAS (PyTorch), FP32",
+        "benchmark": f"tuned layers vs cuDNN/cuBLAS (PyTorch), {dtype}", "dtype": dtype,
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-        "tf32": args.tf32, "model": args.model, "size": args.size, "target": target.key,
+        "tf32": args.tf32, "fp16_reduced_precision_reduction": False, "model": args.model, "size": args.size, "target": target.key,
         "layers": rows,
         "summary": summarize(rows),
     }
-    torch_model_s = model_latency_torch(args.model, args.size)
-    if torch_model_s is not None:
-        result["whole_model"] = {"torch_eager_ms": torch_model_s * 1e3, "ours_ms": args.ours_model_ms}
+    ctor = args.torchvision or TORCHVISION.get(args.model)
+    if ctor:
+        torch_model_s = model_latency_torch(ctor, args.size, dtype)
+        result["whole_model"] = {"torchvision": ctor, "torch_eager_ms": torch_model_s * 1e3, "ours_ms": args.ours_model_ms}
     emit(result, args.out)
     return 0
 

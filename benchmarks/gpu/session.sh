@@ -308,14 +308,18 @@ half)
   # models compiled with TVM's defaults against the same models in float32, then
   # ResNet-18 in float16 tuned, exported and checked (convs and matmuls accumulate in
   # float32, as cuDNN's do; its convs' spaces hold tensor-core sketches; only ever run on
-  # LLVM and cross-built for sm_90 before). About 6 minutes at most: the check 150 s, the
-  # tune (CUDA tensor intrinsics registered once, 15 s on the CPU machine) 300 s.
+  # LLVM and cross-built for sm_90 before), then its layers against cuDNN's and cuBLAS's
+  # float16 kernels (tensor cores). About 8 minutes at most: the check 150 s, the tune
+  # (CUDA tensor intrinsics registered once, 15 s on the CPU machine) 300 s, the vendor 120 s.
   step half_check "${LIMIT:-150}" $py benchmarks/check_half_precision.py --target cuda --size "${SIZE:-64}" \
     --models "${MODELS:-resnet18,mobilenetv2}" --out "$R/half_precision_check_cuda.json"
   step half_export 60 $py -m autotune zoo export resnet18 --dtype float16 -o "$R/resnet18_fp16.onnx"
   step half_tune "${TUNE_LIMIT:-300}" $py -m autotune tune "$R/resnet18_fp16.onnx" --target cuda --trials "${TRIALS:-48}" \
     --no-mlflow --json --quiet --out "$R/resnet18_fp16.so"
   step half_run 90 $py -m autotune run "$R/resnet18_fp16.so" --check "$R/resnet18_fp16.onnx" --json
+  ours=$($py -c "import json,sys; print(json.load(open('$R/half_run.out'))['latency_median_s']*1e3)" 2>/dev/null || echo 0)
+  step half_vendor 120 $py benchmarks/bench_vs_vendor.py --model "$R/resnet18_fp16.onnx" --torchvision resnet18 \
+    --history "$R/home/history.db" --ours-model-ms "$ours" --out "$R/vendor_fp16.json"
   ;;
 zoo)
   # The zoo models added on 2026-11-25, none of which has run on a GPU: tune, export, and
