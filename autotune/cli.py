@@ -356,6 +356,7 @@ def cmd_zoo_export(args) -> int:
 
 
 def cmd_history_ls(args) -> int:
+    from autotune.progress import format_latency
     from history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
@@ -367,11 +368,11 @@ def cmd_history_ls(args) -> int:
     if not rows:
         print("history is empty")
         return 0
-    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<28} {'records':>7} {'ok':>5} {'best ms':>10}")
+    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<28} {'records':>7} {'ok':>5} {'best':>10}")
     for r in rows:
         w = workloads.get(r["workload_key"])
         name = (w.descriptor.get("name", "") if w else "")[:34]
-        best = f"{r['best_latency'] * 1e3:.4f}" if r["best_latency"] is not None else "-"
+        best = format_latency(r["best_latency"])
         print(f"{r['workload_key']:<26} {r['op_class']:<17} {name:<34} {r['target_key'][:28]:<28} {r['n_records']:>7} {r['n_ok']:>5} {best:>10}")
     return 0
 
@@ -425,6 +426,7 @@ def _record_dict(rec) -> dict[str, Any]:
 
 
 def cmd_history_show(args) -> int:
+    from autotune.progress import format_latency
     from history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
@@ -437,13 +439,16 @@ def cmd_history_show(args) -> int:
         return 0
     print(f"{w.key}  {w.op_class}  {w.descriptor.get('name', '')}  {w.flops / 1e6:.1f} MFLOP")
     for r in recs:
-        lat = f"{r.latency_median * 1e3:.4f} ms" if r.latency_median is not None else "-"
-        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {r.target_key[:24]:<24} {'verified' if r.verified else '':<8} {(r.error or '')[:60]}")
+        lat = format_latency(r.latency_median)
+        # a twin's timing is another config's, whose program it compiled to
+        marks = " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin)) if on)
+        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {r.target_key[:24]:<24} {marks:<13} {(r.error or '')[:60]}")
     return 0
 
 
 def cmd_history_best(args) -> int:
     from autotune.errors import AutotuneError
+    from autotune.progress import format_latency
     from history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
@@ -456,7 +461,7 @@ def cmd_history_best(args) -> int:
         print(json.dumps([_record_dict(b) for b in bests]))
     else:
         for b in bests:
-            print(f"{b.target_key}: {b.latency_median * 1e3:.4f} ms (record #{b.id}, {b.tuner}, {b.space_id})\n  {json.dumps(b.config)}")
+            print(f"{b.target_key}: {format_latency(b.latency_median)} (record #{b.id}, {b.tuner}, {b.space_id})\n  {json.dumps(b.config)}")
     return 0
 
 

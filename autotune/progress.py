@@ -22,14 +22,18 @@ def _clean(value: Any) -> Any:
     return strict_json(value)
 
 
-def _fmt_latency(seconds: float | None) -> str:
+def format_latency(seconds: float | None) -> str:
+    """Seconds in the unit that keeps their digits: a small layer's kernel runs for
+    microseconds, which a fixed "ms" printed as 0.0000."""
     if seconds is None or not math.isfinite(seconds) or seconds <= 0:
         return "-"
     if seconds >= 1.0:
         return f"{seconds:.3f} s"
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.1f} us"
+    if seconds >= 1e-6:
+        return f"{seconds * 1e6:.1f} us"
+    return f"{seconds * 1e9:.1f} ns"
 
 
 class Reporter:
@@ -189,7 +193,7 @@ class RichReporter(Reporter):
         task = self._layer_tasks.get(name)
         self._done[name] = int(done)
         if task is not None:
-            self._progress.update(task, completed=done, best=f"best {_fmt_latency(best_latency)}")
+            self._progress.update(task, completed=done, best=f"best {format_latency(best_latency)}")
         if self._overall is not None:
             self._progress.update(self._overall, completed=self._overall_completed())
 
@@ -213,7 +217,7 @@ class RichReporter(Reporter):
             parts.append(f"{summary['trials']} trials")
         best = summary.get("best_latency")
         if best is not None:
-            parts.append(f"best {_fmt_latency(best)}")
+            parts.append(f"best {format_latency(best)}")
         speedup = summary.get("speedup")
         if isinstance(speedup, (int, float)) and math.isfinite(speedup):
             parts.append(f"{speedup:.2f}x vs default")

@@ -629,6 +629,7 @@ class TuneSession:
         self.store.add_record(
             workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id, config={},
             samples=res.samples, status=res.status, error=res.error, run_id=self.run_id, tuner="default", verified=True if res.status == "ok" else None,
+            twin=res.twin,
         )
         return res.latency
 
@@ -654,6 +655,7 @@ class TuneSession:
             self.store.add_record(
                 workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id, config=configs[i],
                 samples=res.samples, status=res.status, error=res.error, run_id=self.run_id, tuner=tuner_name,
+                twin=res.twin,
             )
             results[i] = TrialResult(configs[i], res.latency, res.status)
         return [r for r in results if r is not None], len(slots)

@@ -41,6 +41,7 @@ def _record_to_json(rec: Any) -> dict[str, Any]:
         "status": rec.status,
         "error": rec.error,
         "verified": rec.verified,
+        "twin": rec.twin,
         "run_id": rec.run_id,
         "tuner": rec.tuner,
         "created_at": rec.created_at,
@@ -223,6 +224,7 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
         "status": status,
         "error": _get(item, where, "error", (str,), required=False, nullable=True),
         "verified": _get(item, where, "verified", (bool,), required=False, nullable=True),
+        "twin": _get(item, where, "twin", (bool,), required=False, default=False),
         "run_id": _get(item, where, "run_id", (str,), required=False, nullable=True),
         "tuner": _get(item, where, "tuner", (str,), required=False, default="") or "",
         "created_at": created_at,
@@ -306,6 +308,7 @@ def import_json(store: HistoryStore, fp_or_path: str | os.PathLike[str] | IO[str
                     run_id=rec["run_id"],
                     tuner=rec["tuner"],
                     verified=rec["verified"],
+                    twin=rec["twin"],
                     stats=rec["stats"],
                     created_at=rec["created_at"],
                 )

@@ -112,6 +112,8 @@ class Record:
     run_id: str | None
     tuner: str
     created_at: str
+    #: Its samples are another config's, whose program this config compiled to.
+    twin: bool = False
 
     @property
     def ok(self) -> bool:

@@ -17,6 +17,10 @@ from sqlalchemy import (
 
 #: Bumped when tables change incompatibly; a newer file is refused rather than misread.
 SCHEMA_VERSION = 1
+#: Nullable columns added since without a version bump (an older autotune reads and
+#: writes a file that has them): added when a file without them is opened for writing,
+#: and left out of queries of one opened read-only.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"records": ("twin",)}
 
 metadata = MetaData()
 
@@ -85,6 +89,10 @@ records = Table(
     Column("status", String(16), nullable=False),
     Column("error", Text, nullable=True),
     Column("verified", Boolean, nullable=True),
+    # True: answered with the timing of another config that compiled to the same program
+    # (autotune.program_digest), not timed itself; NULL: timed, or recorded before
+    # twins were marked. Added to older files when they are opened for writing.
+    Column("twin", Boolean, nullable=True),
     # Not a foreign key: records imported from another machine name runs we do not have.
     Column("run_id", String(256), nullable=True, index=True),
     Column("tuner", String(128), nullable=False, default=""),

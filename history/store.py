@@ -26,6 +26,7 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import URL, make_url
@@ -217,9 +218,12 @@ class HistoryStore:
         A complete schema is checked in a read transaction: a writer that has nothing to
         create must not need the write lock just to open the file.
         """
+        self._absent_columns: set[str] = set()
         if writable:
             with self._read() as conn:
-                writable = not set(schema.metadata.tables) <= set(inspect(conn).get_table_names())
+                writable = not set(schema.metadata.tables) <= set(inspect(conn).get_table_names()) or bool(
+                    self._missing_columns(conn)
+                )
         ctx = self._write("create tables") if writable else self._read()
         with ctx as conn:
             if writable:
@@ -256,6 +260,23 @@ class HistoryStore:
                 )
             if writable:
                 schema.metadata.create_all(conn)  # checkfirst: only tables missing so far
+                for table, column in self._missing_columns(conn):
+                    col = schema.metadata.tables[table].c[column]
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {col.type.compile(dialect=conn.dialect)}"))
+            else:
+                self._absent_columns = {column for _, column in self._missing_columns(conn)}
+
+    @staticmethod
+    def _missing_columns(conn: Connection) -> list[tuple[str, str]]:
+        """(table, column) of :data:`schema.ADDED_COLUMNS` an existing table lacks."""
+        inspector = inspect(conn)
+        names = set(inspector.get_table_names())
+        return [
+            (table, column)
+            for table, columns in schema.ADDED_COLUMNS.items()
+            if table in names
+            for column in sorted(set(columns) - {c["name"] for c in inspector.get_columns(table)})
+        ]
 
     # ------------------------------------------------------------ transactions
 
@@ -492,8 +513,10 @@ class HistoryStore:
         run_id: str | None = None,
         tuner: str = "",
         verified: bool | None = None,
+        twin: bool = False,
     ) -> int:
-        """Store one measurement (committed at once); stats are computed from ``samples`` (seconds)."""
+        """Store one measurement (committed at once); stats are computed from ``samples`` (seconds).
+        ``twin``: the samples are those of another config that compiled to the same program."""
         values = self._record_values(
             space_id=space_id,
             config=config,
@@ -503,6 +526,7 @@ class HistoryStore:
             run_id=run_id,
             tuner=tuner,
             verified=verified,
+            twin=twin,
         )
         with self._write("add record") as conn:
             values["workload_id"] = self._workload_id(conn, workload_key)
@@ -520,6 +544,7 @@ class HistoryStore:
         run_id: str | None,
         tuner: str,
         verified: bool | None,
+        twin: bool = False,
         stats: tuple[float | None, float | None, float | None, int] | None = None,
         created_at: str | None = None,
     ) -> dict[str, Any]:
@@ -534,6 +559,8 @@ class HistoryStore:
             raise ValueError(f"config must be a dict, got {type(config).__name__}")
         if verified is not None and not isinstance(verified, bool):
             raise ValueError(f"verified must be True, False or None, got {verified!r}")
+        if not isinstance(twin, bool):
+            raise ValueError(f"twin must be True or False, got {twin!r}")
         if isinstance(samples, (str, bytes)):
             raise ValueError("samples must be a sequence of seconds")
         sample_list = [float(s) for s in samples]
@@ -554,6 +581,7 @@ class HistoryStore:
             "status": status,
             "error": _truncate(error),
             "verified": verified,
+            "twin": twin or None,
             "run_id": run_id,
             "tuner": tuner,
             "created_at": created_at or utc_now(),
@@ -578,7 +606,7 @@ class HistoryStore:
     def _record_query(self) -> Any:
         r, w, t = schema.records, schema.workloads, schema.targets
         return select(
-            r,
+            *(c for c in r.c if c.name not in self._absent_columns),
             w.c.key.label("workload_key"),
             w.c.batch_invariant_key,
             w.c.op_class,
@@ -606,6 +634,7 @@ class HistoryStore:
             run_id=row.run_id,
             tuner=row.tuner,
             created_at=row.created_at,
+            twin=bool(row._mapping.get("twin")),
         )
 
     @staticmethod

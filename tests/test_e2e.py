@@ -504,6 +504,27 @@ def _one_graph(path: Path, nodes, x_shape, y_shape, weights: dict[str, tuple[int
     return path
 
 
+def test_a_candidate_answered_by_its_twin_program_is_marked_so_in_history(tmp_path, capsys):
+    """A small layer's configs often compile to one program (an unroll limit above every
+    loop's extent); the measurer times it once and its twins take that timing. History
+    says which records were not timed themselves, as many as the run counted."""
+    model = _one_graph(tmp_path / "tiny.onnx", [helper.make_node("MatMul", ["input", "F"], ["m"]),
+                                                helper.make_node("Relu", ["m"], ["output"])], (1, 16), (1, 8), {"F": (16, 8)})
+    history = tmp_path / "h.db"
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "24", "--batch", "8", "--tuner", "random",
+                 "--history", str(history), "--no-mlflow", "--quiet", "--json", "--no-model-latency",
+                 "--out-dir", str(tmp_path / "run")]) == 0
+    twins = sum(json.loads(capsys.readouterr().out)["measure_twins"].values())
+    with open_history(str(history), readonly=True) as store:
+        records = store.records()
+    marked = [r for r in records if r.twin]
+    assert len(marked) == twins >= 1
+    timed = {r.samples for r in records if not r.twin}
+    assert all(r.status == "ok" and r.samples in timed for r in marked)  # each carries a timed program's samples
+    assert main(["history", "show", records[0].workload_key, "--history", str(history)]) == 0
+    assert capsys.readouterr().out.count(" twin ") == len(marked)
+
+
 def test_convolutions_of_other_ranks_tune_apart_and_a_transposed_one_compiles_correct(tmp_path):
     """A speech-style conv1d model is tuned into history first; an autoencoder (conv2d
     down, ConvTranspose up) after it finds no neighbour there: history transfers only

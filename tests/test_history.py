@@ -62,7 +62,7 @@ def populated(path: Path | str) -> HistoryStore:
         store.register_workload(w)
     add = store.add_record
     add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 8}, samples=[3e-3, 2e-3, 4e-3], status="ok", run_id="r1", tuner="random")
-    add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 16}, samples=[1e-3, 1e-3, 1e-3], status="ok", run_id="r1", tuner="random")
+    add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 16}, samples=[1e-3, 1e-3, 1e-3], status="ok", run_id="r1", tuner="random", twin=True)
     add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 32}, samples=[], status="build_error", error="nvcc: bad", run_id="r1")
     add(workload_key=CONV.key, target_key=GPU.key, space_id="s2", config={"tile": 4}, samples=[5e-4], status="ok", tuner="xgb")
     add(workload_key=CONV.key, target_key=CPU.key, space_id="s1", config={"tile": 8}, samples=[9e-3], status="ok")
@@ -538,6 +538,7 @@ def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
     assert doc["format"] == "autotune-history" and doc["version"] == 1
     assert {r["workload_key"] for r in doc["records"]} == {CONV.key, DENSE.key}
     assert "workload_id" not in doc["records"][0] and "id" not in doc["records"][0]
+    assert [r["twin"] for r in doc["records"]] == [False, True, False, False, False, False]
     assert not list(tmp_path.glob(".export-*"))
 
     with open_history(tmp_path / "dst.db") as dst:
@@ -607,6 +608,7 @@ BAD_IMPORTS: dict[str, tuple[Callable[[dict], None], str]] = {
     "negative-sample": (_set("records", 0, "samples", [-1.0]), ">= 0"),
     "median-bool": (_set("records", 0, "latency_median", True), "latency_median"),
     "verified-str": (_set("records", 0, "verified", "yes"), "verified"),
+    "twin-null": (_set("records", 1, "twin", None), r"records\[1\]\.twin: expected bool"),
     "bad-timestamp": (_set("records", 0, "created_at", "yesterday"), "ISO-8601"),
     "unknown-workload": (_set("records", 5, "workload_key", "ghost"), r"records\[5\].*unknown workload 'ghost'"),
     "target-key-mismatch": (_set("targets", 0, "key", "cuda:x:y"), r"targets\[0\]\.key"),
@@ -675,6 +677,36 @@ def test_foreign_sqlite_database_is_not_modified(tmp_path: Path) -> None:
         open_history(path)
     assert file_sha(path) == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+def test_a_file_from_before_twins_were_marked(tmp_path: Path) -> None:
+    """History files written before records carried ``twin`` stay readable read-only
+    as they are, and gain the column when opened for writing; an export that lacks the
+    field imports as not twins."""
+    path = tmp_path / "old.db"
+    populated(path).close()
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE records DROP COLUMN twin")
+    con.commit()
+    con.close()
+    before = file_sha(path)
+    with open_history(path, readonly=True) as store:
+        assert len(store.records()) == 6 and not any(r.twin for r in store.records())
+    assert file_sha(path) == before
+    with open_history(path) as store:
+        store.add_record(workload_key=DENSE.key, target_key=GPU.key, space_id="d1", config={"k": 8}, samples=[1e-3],
+                         status="ok", twin=True)
+        assert [r.twin for r in store.records(workload_key=DENSE.key)] == [False, True]
+    con = sqlite3.connect(path)
+    assert "twin" in {row[1] for row in con.execute("PRAGMA table_info(records)")}
+    con.close()
+    doc = _valid_doc(tmp_path)
+    for rec in doc["records"]:
+        del rec["twin"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    with open_history(tmp_path / "dst.db") as dst:
+        assert import_json(dst, tmp_path / "old.json")["added"] == 6
+        assert not any(r.twin for r in dst.records())
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
