@@ -246,19 +246,13 @@ def run(
 def _half_precision_check(proto, feed, outputs, want, matched, *, atol: float) -> dict[str, Any]:
     """Half-precision outputs against the model widened to float32, where they differ from
     the reference evaluator's own half-precision ones (:mod:`autotune.half_precision`)."""
-    from autotune.half_precision import ERROR_FACTOR, float32_model, widen_inputs
+    from autotune.half_precision import float32_model, judged_against_float32, widen_inputs
     from autotune.run import onnx_reference
-    from autotune.verify import max_abs_error
 
     wide = float32_model(proto)
     if wide is None:
         return {}
-    want32 = onnx_reference(wide, widen_inputs(feed))
-    ours = [max_abs_error(g, w) for g, w in zip(outputs, want32)]
-    theirs = [max_abs_error(w, w32) for w, w32 in zip(want, want32)]
-    ok = all(m or e <= ERROR_FACTOR * r + atol for m, e, r in zip(matched, ours, theirs))
-    return {"ok": ok, "float32": {"max_abs_error": max(ours), "reference_max_abs_error": max(theirs),
-                                  "allowed_factor": ERROR_FACTOR}}
+    return judged_against_float32(outputs, want, onnx_reference(wide, widen_inputs(feed)), matched, atol=atol)
 
 
 def layers(

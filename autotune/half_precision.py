@@ -128,3 +128,16 @@ def widen_inputs(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def is_half(array: np.ndarray) -> bool:
     return str(array.dtype) in HALF_TYPES
+
+
+def judged_against_float32(outputs, want, want32, matched: list[bool], *, atol: float) -> dict:
+    """``run --check``'s verdict where outputs differ from the reference evaluator's own
+    half-precision ones (``want``; ``matched`` says which agree): each must lie no further
+    from the float32 model's (``want32``) than :data:`ERROR_FACTOR` times ``want`` does."""
+    from autotune.verify import max_abs_error
+
+    ours = [max_abs_error(g, w) for g, w in zip(outputs, want32)]
+    theirs = [max_abs_error(w, w32) for w, w32 in zip(want, want32)]
+    ok = all(m or e <= ERROR_FACTOR * r + atol for m, e, r in zip(matched, ours, theirs))
+    return {"ok": ok, "float32": {"max_abs_error": max(ours), "reference_max_abs_error": max(theirs),
+                                  "allowed_factor": ERROR_FACTOR}}
