@@ -137,6 +137,9 @@ class WarmBuilder:
         #: On the H100 a batch's wall time came to about 2.4 worker-seconds a build, of
         #: which NVRTC was 0.1 (2026-11-26); these say whether the rest is work or waiting.
         self.seconds = {"busy": 0.0, "device_compile": 0.0, "slowest": 0.0}
+        #: CUDA sources whose binary a worker took from the builder's cache, uncompiled
+        #: (:func:`autotune.build_worker.wrap_device_compiles`).
+        self.device_compiles_reused = 0
 
     def _executor(self):
         from tvm.support.popen_pool import PopenPoolExecutor
@@ -184,6 +187,7 @@ class WarmBuilder:
                 built = res.value
                 self.seconds["busy"] += built.seconds.total
                 self.seconds["device_compile"] += built.seconds.device_compile
+                self.device_compiles_reused += built.device_compiles_reused
                 slowest = max(slowest, built.seconds.total)
                 results.append((BuilderResult(built.path, None), built.program))
             elif res.status == StatusKind.TIMEOUT:

@@ -69,7 +69,7 @@ def in_process(mods: list, target, export_dir: str) -> dict:
         if built.device_code and built.device_code.get("format"):
             formats.add(built.device_code["format"])
     n = len(mods) - 1
-    timed = target.kind.name == "cuda" and build_worker.time_device_compiles()
+    timed = target.kind.name == "cuda" and build_worker.wrap_device_compiles(export_dir)
     return {"builds": n, "seconds_per_build": {k: round(v / n, 4) for k, v in phases.items()},
             "device_code": sorted(formats), "device_compile_timed": bool(timed)}
 

@@ -214,10 +214,14 @@ def test_a_killed_builders_folder_is_removed_by_the_next_and_no_other_is() -> No
         assert sorted(os.listdir(parent)) == sorted(kept)
 
 
-def test_a_cuda_workers_device_compiles_are_timed_through_tvms_callback(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cuda_workers_device_compiles_are_timed_and_a_source_compiled_before_is_reused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
     """TVM's codegen hands CUDA C to a registered callback (NVRTC by default) only where
     a driver is loaded; the worker's wrapper must still call through and add up its
-    seconds, here with nvcc as the callback's compiler."""
+    seconds, here with nvcc as the callback's compiler. A source compiled before (a twin
+    program's, by any worker of the builder) comes from the builder's folder, the same
+    bytes, uncompiled; another source, or the same for another arch, is compiled."""
     import tvm_ffi
 
     from tests.conftest import has_nvcc
@@ -225,9 +229,25 @@ def test_a_cuda_workers_device_compiles_are_timed_through_tvms_callback(monkeypa
     if not has_nvcc():
         pytest.skip("nvcc not found")
     monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvcc")
-    assert build_worker.time_device_compiles()
-    before = build_worker.device_compile_seconds()
-    with resolve_target("cuda:sm_90").tvm_target:
-        binary = tvm_ffi.get_global_func("tvm_callback_cuda_compile")('extern "C" __global__ void k() {}\n')
-    assert len(bytes(binary)) > 0
-    assert build_worker.device_compile_seconds() > before
+    build_worker.wrap_device_compiles.cache_clear()
+    try:
+        assert build_worker.wrap_device_compiles(str(tmp_path))
+        callback = tvm_ffi.get_global_func("tvm_callback_cuda_compile")
+
+        def compile_(code: str, arch: str) -> tuple[bytes, int]:
+            reused = build_worker.device_compiles_reused()
+            with resolve_target(f"cuda:{arch}").tvm_target:
+                binary = bytes(callback(code))
+            return binary, build_worker.device_compiles_reused() - reused
+
+        before = build_worker.device_compile_seconds()
+        first, reused = compile_('extern "C" __global__ void k() {}\n', "sm_90")
+        assert len(first) > 0 and reused == 0
+        assert build_worker.device_compile_seconds() > before
+        assert compile_('extern "C" __global__ void k() {}\n', "sm_90") == (first, 1)
+        assert len(list((tmp_path / build_worker.DEVICE_CACHE_DIR).iterdir())) == 1
+        other, reused = compile_('extern "C" __global__ void k2() {}\n', "sm_90")
+        assert reused == 0 and other != first
+        assert compile_('extern "C" __global__ void k() {}\n', "sm_80")[1] == 0
+    finally:
+        build_worker.wrap_device_compiles.cache_clear()

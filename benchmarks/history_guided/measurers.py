@@ -110,7 +110,8 @@ class CachedMeasurer:
         return {"apply": self.apply_seconds, "build": sec["build"], "run": sec["run"],
                 "build_busy_per_worker": builder.seconds["busy"] / builder.max_workers,
                 "build_device_compile_per_worker": builder.seconds["device_compile"] / builder.max_workers,
-                "build_slowest": builder.seconds["slowest"], "build_workers": builder.max_workers}
+                "build_slowest": builder.seconds["slowest"], "build_workers": builder.max_workers,
+                "device_compiles_reused": builder.device_compiles_reused}
 
     def twins(self) -> dict[str, int]:
         """Candidates answered by a twin program's result so far (:meth:`autotune.measure.Measurer.measure`)."""
@@ -120,10 +121,11 @@ class CachedMeasurer:
         """:meth:`cost_seconds` as a progress-line suffix."""
         c = self.cost_seconds()
         device = c["build_device_compile_per_worker"]  # CUDA on a GPU machine: NVRTC
+        reused = c["device_compiles_reused"]  # twin programs' sources, not compiled again
         twins = self.twins()
         return (f"apply {c['apply']:.0f} s, build {c['build']:.0f} s, run {c['run']:.0f} s; "
                 f"build workers busy {c['build_busy_per_worker']:.0f} s each"
-                f"{f' ({device:.0f} s compiling device code)' if device else ''}, slowest builds {c['build_slowest']:.0f} s; "
+                f"{f' ({device:.0f} s compiling device code, {reused} sources reused)' if device else ''}, slowest builds {c['build_slowest']:.0f} s; "
                 f"twin programs answered unmeasured: {twins['not_built']} not built, {twins['not_timed']} built, not timed")
 
     def close(self) -> None:
