@@ -218,7 +218,7 @@ class HistoryStore:
         A complete schema is checked in a read transaction: a writer that has nothing to
         create must not need the write lock just to open the file.
         """
-        self._absent_columns: set[str] = set()
+        self._absent_columns: set[tuple[str, str]] = set()  # (table, column): read-only, not added
         if writable:
             with self._read() as conn:
                 writable = not set(schema.metadata.tables) <= set(inspect(conn).get_table_names()) or bool(
@@ -264,7 +264,7 @@ class HistoryStore:
                     col = schema.metadata.tables[table].c[column]
                     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {col.type.compile(dialect=conn.dialect)}"))
             else:
-                self._absent_columns = {column for _, column in self._missing_columns(conn)}
+                self._absent_columns = set(self._missing_columns(conn))
 
     @staticmethod
     def _missing_columns(conn: Connection) -> list[tuple[str, str]]:
@@ -606,7 +606,7 @@ class HistoryStore:
     def _record_query(self) -> Any:
         r, w, t = schema.records, schema.workloads, schema.targets
         return select(
-            *(c for c in r.c if c.name not in self._absent_columns),
+            *(c for c in r.c if (r.name, c.name) not in self._absent_columns),
             w.c.key.label("workload_key"),
             w.c.batch_invariant_key,
             w.c.op_class,
