@@ -226,6 +226,8 @@ def compile_model(
         "target_kind": target.kind,
         "target_key": target.key,
         "inputs": spec.inputs_description(),
+        # the order the module takes them in: ``inputs`` is an object, written with sorted keys
+        "input_order": list(spec.input_shapes),
         "outputs": spec.output_names,
         "batch_norm": batch_norm,
         "layers": applied.layers,

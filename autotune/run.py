@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, first_line
 
 
 def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
             raise AutotuneError(
                 f"{source}: input {name} holds {bad}; it indexes a table of {limit}, so its values must lie in [{-limit}, {limit})"
             )
-        out[name] = np.ascontiguousarray(array)
+        out[name] = np.asarray(array, order="C")  # ascontiguousarray would make a scalar input 1-d
     return out
 
 
@@ -145,6 +145,37 @@ def load(path: str | os.PathLike, meta: dict[str, Any]):
     return relax.VirtualMachine(lib, dev), dev
 
 
+def _sidecar_name(path: str | os.PathLike) -> str:
+    from autotune.compile import sidecar
+
+    return sidecar(Path(path)).name
+
+
+def argument_order(path: str | os.PathLike, meta: dict[str, Any], vm) -> list[str]:
+    """The module's inputs in the order its ``main`` takes them. A sidecar's ``inputs``
+    are an object, whose keys were written sorted: until 2026-11-27 a model with inputs
+    ``zeta, alpha`` was fed ``alpha`` first, and its outputs came out wrong with no
+    error. The module's own parameter names decide where they name the inputs; else the
+    sidecar's ``input_order``."""
+    names = list(meta["inputs"])
+    try:
+        params = [str(vm._get_function_param_name("main", i)) for i in range(int(vm._get_function_arity("main")))]
+    except Exception:  # a runtime that cannot say: the sidecar's word alone
+        params = None
+    if params is not None and len(params) != len(names):
+        raise AutotuneError(f"{path} takes {len(params)} inputs but its description lists {len(names)}: "
+                            f"is {_sidecar_name(path)} the module's own?")
+    if params is not None and sorted(params) == sorted(names):
+        return params
+    order = meta.get("input_order")
+    if isinstance(order, list) and sorted(order) == sorted(names):
+        return order
+    if len(names) > 1:
+        raise AutotuneError(f"{path}: its description does not say in which order it takes its {len(names)} "
+                            "inputs (written before 2026-11-27); compile it again")
+    return names
+
+
 def run_module(
     path: str | os.PathLike,
     *,
@@ -161,8 +192,12 @@ def run_module(
     meta = load_metadata(path)
     vm, dev = load(path, meta)
     inputs = seeded_inputs(meta, seed) if inputs is None else check_inputs(inputs, meta)
-    args = [tvm.runtime.tensor(inputs[name], dev) for name in meta["inputs"]]
-    result = vm["main"](*args)
+    args = [tvm.runtime.tensor(inputs[name], dev) for name in argument_order(path, meta, vm)]
+    try:
+        result = vm["main"](*args)
+    except Exception as err:  # TVM's argument checks: a description that is not the module's
+        raise AutotuneError(f"running {path} failed: {first_line(err)}; is {_sidecar_name(path)} "
+                            "the module's own description?") from None
     outputs = _flatten(result)
     samples, number = time_calls(lambda: vm["main"](*args), dev.sync, repeat=repeat, number=number, warmup=warmup)
     return {

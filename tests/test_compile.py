@@ -42,6 +42,49 @@ def test_run_checked_against_another_model_is_one_line(tmp_path, capsys):
         assert f"is the module compiled from {other}?" in err[0]
 
 
+def _two_inputs(path):
+    """``(zeta - alpha) @ zeta + s``: inputs named against alphabetical order, one a scalar."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Sub", ["zeta", "alpha"], ["d"]), helper.make_node("MatMul", ["d", "zeta"], ["m"]),
+             helper.make_node("Add", ["m", "s"], ["y"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in (("zeta", [8, 8]), ("alpha", [8, 8]), ("s", []))]
+    graph = helper.make_graph(nodes, "order", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_module_takes_its_inputs_in_the_models_order(tmp_path, capsys):
+    """The description lists inputs by name with sorted keys; the module must still get
+    them in the model's order (a model with inputs ``zeta, alpha`` was fed ``alpha``
+    first, a wrong result and no error), a scalar input as a scalar, from a description
+    written before it said the order too. A description that is not the module's: one line."""
+    import numpy as np
+
+    model, out = _two_inputs(tmp_path / "order.onnx"), tmp_path / "order.so"
+    assert main(["compile", str(model), "--target", "llvm", "-o", str(out)]) == 0
+    meta = json.loads((tmp_path / "order.so.json").read_text())
+    assert meta["input_order"] == ["zeta", "alpha", "s"] and list(meta["inputs"]) == ["alpha", "s", "zeta"]
+    rng = np.random.default_rng(0)
+    zeta, alpha = rng.standard_normal((8, 8)).astype("float32"), rng.standard_normal((8, 8)).astype("float32")
+    np.savez(tmp_path / "in.npz", zeta=zeta, alpha=alpha, s=np.float32(2.0))
+    for description in (meta, {k: v for k, v in meta.items() if k != "input_order"}):  # today's, and an older one
+        (tmp_path / "order.so.json").write_text(json.dumps(description, sort_keys=True))
+        capsys.readouterr()
+        assert main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "--save-outputs", str(tmp_path / "y.npz"),
+                     "--check", str(model), "--json", "--repeat", "1"]) == 0
+        assert json.loads(capsys.readouterr().out)["check"]["ok"]
+        np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], (zeta - alpha) @ zeta + 2.0, rtol=1e-5, atol=1e-5)
+    other = json.loads(json.dumps(meta))
+    other["inputs"]["zeta"]["shape"] = [8, 8, 1]
+    (tmp_path / "order.so.json").write_text(json.dumps(other))
+    capsys.readouterr()
+    assert main(["run", str(out), "--repeat", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is order.so.json the module's own description?" in err[0], err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
 @pytest.mark.parametrize("name", sorted(SMALL))
