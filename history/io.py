@@ -201,13 +201,21 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     except ValueError:
         raise _Invalid(f"{where}.created_at: {created_at!r} is not an ISO-8601 timestamp") from None
     mean, median, std, repeats = sample_stats(samples)
-    # Stored statistics are kept as exported (they identify duplicates); missing ones are recomputed.
-    if "latency_median" in item:
-        median = _number(item, where, "latency_median", nullable=True)
-    if "latency_mean" in item:
-        mean = _number(item, where, "latency_mean", nullable=True)
-    if "latency_std" in item:
-        std = _number(item, where, "latency_std", nullable=True)
+    computed = (mean, median, std)
+    # Stored statistics are kept as exported (they identify duplicates); missing ones are
+    # recomputed. None may be negative, nor say other than the samples do: the fastest
+    # record is the one history reuses, and a -0.5 s median imported won every layer.
+    stats = {}
+    for i, name in enumerate(("latency_mean", "latency_median", "latency_std")):
+        value = _number(item, where, name, nullable=True) if name in item else computed[i]
+        if value is not None and value < 0:
+            raise _Invalid(f"{where}.{name}: must be >= 0 seconds")
+        if samples and value is not None and not math.isclose(value, computed[i], rel_tol=1e-6, abs_tol=1e-15):
+            raise _Invalid(f"{where}.{name}: {value!r} is not what its samples give ({computed[i]!r})")
+        stats[name] = value
+    mean, median, std = stats["latency_mean"], stats["latency_median"], stats["latency_std"]
+    if status == "ok" and median == 0:
+        raise _Invalid(f"{where}.latency_median: an 'ok' record's latency must be > 0 seconds")
     if "repeats" in item:
         repeats = _get(item, where, "repeats", (int,))
         if repeats < 0:

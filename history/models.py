@@ -118,4 +118,4 @@ class Record:
     @property
     def ok(self) -> bool:
         """Usable as a result: measured fine and not shown wrong."""
-        return self.status == "ok" and self.verified is not False and self.latency_median is not None
+        return self.status == "ok" and self.verified is not False and self.latency_median is not None and self.latency_median > 0

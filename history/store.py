@@ -640,7 +640,8 @@ class HistoryStore:
     @staticmethod
     def _usable() -> Any:
         r = schema.records
-        return and_(r.c.status == "ok", r.c.verified.is_not(False), r.c.latency_median.is_not(None))
+        # > 0: imports before 2026-11-27 took any latency, and the least is the one reused
+        return and_(r.c.status == "ok", r.c.verified.is_not(False), r.c.latency_median > 0)
 
     def best(self, workload_key: str, target_key: str, *, space_id: str | None = None) -> Record | None:
         """Fastest usable record: status 'ok', not verified wrong, lowest median latency."""

@@ -607,6 +607,12 @@ BAD_IMPORTS: dict[str, tuple[Callable[[dict], None], str]] = {
     "samples-strings": (_set("records", 0, "samples", ["1"]), r"records\[0\]\.samples\[0\]"),
     "negative-sample": (_set("records", 0, "samples", [-1.0]), ">= 0"),
     "median-bool": (_set("records", 0, "latency_median", True), "latency_median"),
+    # the fastest record is the one reused: a latency below zero, or other than its samples say, would win
+    "median-negative": (_set("records", 0, "latency_median", -0.5), r"records\[0\]\.latency_median: must be >= 0"),
+    "mean-negative": (_set("records", 2, "latency_mean", -1.0), r"records\[2\]\.latency_mean: must be >= 0"),
+    "median-not-the-samples": (_set("records", 0, "latency_median", 1e-6), "is not what its samples give"),
+    "ok-median-zero": (lambda d: d["records"][0].update(samples=[], latency_median=0.0, latency_mean=0.0, latency_std=0.0),
+                       r"records\[0\]\.latency_median: an 'ok' record's latency must be > 0"),
     "verified-str": (_set("records", 0, "verified", "yes"), "verified"),
     "twin-null": (_set("records", 1, "twin", None), r"records\[1\]\.twin: expected bool"),
     "bad-timestamp": (_set("records", 0, "created_at", "yesterday"), "ISO-8601"),
@@ -677,6 +683,20 @@ def test_foreign_sqlite_database_is_not_modified(tmp_path: Path) -> None:
         open_history(path)
     assert file_sha(path) == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+def test_a_latency_below_zero_already_in_a_file_is_never_the_best(tmp_path: Path) -> None:
+    """Imports took any latency before 2026-11-27; one at or below zero must not win."""
+    path = tmp_path / "h.db"
+    populated(path).close()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE records SET latency_median = -0.5 WHERE id = 1")
+    con.commit()
+    con.close()
+    with open_history(path, readonly=True) as store:
+        best = store.best(CONV.key, GPU.key)
+        assert best is not None and best.id == 4 and best.latency_median == 5e-4
+        assert [r.id for r in store.records(workload_key=CONV.key, target_key=GPU.key) if r.ok] == [2, 4]
 
 
 def test_a_file_from_before_twins_were_marked(tmp_path: Path) -> None:
