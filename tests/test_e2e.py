@@ -525,6 +525,40 @@ def test_a_candidate_answered_by_its_twin_program_is_marked_so_in_history(tmp_pa
     assert capsys.readouterr().out.count(" twin ") == len(marked)
 
 
+def test_a_reused_layer_reports_the_schedule_compile_applies_checked(tmp_path, capsys):
+    """An exact hit reuses history with no trial; what the run reports for it is what
+    ``compile`` applies (TVM's default where that is faster than every tuned record, as
+    ``history best`` says), and a winner never checked (a killed run's) is checked first."""
+    import sqlite3
+
+    model = _one_graph(tmp_path / "tiny.onnx", [helper.make_node("MatMul", ["input", "F"], ["m"]),
+                                                helper.make_node("Relu", ["m"], ["output"])], (1, 16), (1, 8), {"F": (16, 8)})
+    history = tmp_path / "h.db"
+    tune = ["tune", str(model), "--target", "llvm", "--trials", "8", "--batch", "8", "--tuner", "random",
+            "--history", str(history), "--no-mlflow", "--quiet", "--json", "--no-model-latency"]
+    assert main(tune + ["--out-dir", str(tmp_path / "run1")]) == 0
+    capsys.readouterr()
+    con = sqlite3.connect(history)
+    default_id, default_s = con.execute("SELECT id, latency_median FROM records WHERE tuner = 'default'").fetchone()
+    con.execute("UPDATE records SET verified = NULL WHERE tuner = 'random'")
+    con.commit()
+    assert main(tune + ["--out-dir", str(tmp_path / "run2")]) == 0
+    (layer,) = json.loads(capsys.readouterr().out)["layers"]
+    assert layer["dispatch"] == "exact" and layer["trials"] == 0
+    with open_history(str(history), readonly=True) as store:
+        best = store.best(layer["workload_key"], store.records()[0].target_key)
+    assert layer["best_record_id"] == best.id and best.verified is True and layer["verified"] is True
+    # every tuned record made slower than the default: the default is what compile applies
+    con.execute("UPDATE records SET latency_median = ? WHERE tuner = 'random' AND status = 'ok'", (default_s * 10,))
+    con.commit()
+    con.close()
+    assert main(tune + ["--out-dir", str(tmp_path / "run3")]) == 0
+    (layer,) = json.loads(capsys.readouterr().out)["layers"]
+    assert layer["dispatch"] == "exact" and layer["best_record_id"] == default_id and layer["speedup"] == 1.0
+    assert main(["compile", str(model), "--target", "llvm", "--history", str(history), "-o", str(tmp_path / "t.so"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schedules"][layer["name"]]["record_id"] == default_id
+
+
 def test_convolutions_of_other_ranks_tune_apart_and_a_transposed_one_compiles_correct(tmp_path):
     """A speech-style conv1d model is tuned into history first; an autoencoder (conv2d
     down, ConvTranspose up) after it finds no neighbour there: history transfers only
