@@ -35,6 +35,8 @@ TUNABLE_CLASSES = (
     "norm",
     "reduction",
 )
+#: The class of a layer whose shapes are known only at run time (never tuned).
+DYNAMIC_CLASS = "dynamic_shape"
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1}
 _REDUCE = 2  # IterVar.iter_type of a reduction axis (CommReduce)
@@ -150,8 +152,24 @@ def decompose(mod, *, batch_size: int | None = None) -> list[Layer]:
     return [describe(name, mod[name], masks[name], counts[name], batch_size) for name in masks]
 
 
+def _dynamic(name: str, func, params, const_mask: list[bool], occurrences: int, dtype: str) -> Layer:
+    """A layer whose shapes are known only at run time (a data-dependent op's output, as
+    NonMaxSuppression's): TVM's default schedule, never tuned. Its unknown dimensions
+    read -1; it counts no FLOPs (an estimate would need them)."""
+    import tvm
+
+    shapes = [[int(d) if isinstance(d, tvm.tirx.IntImm) else -1 for d in t.shape] for t in params]
+    inputs = [s for s, c in zip(shapes[:-1], const_mask) if not c]
+    weights = [s for s, c in zip(shapes[:-1], const_mask) if c]
+    key = _digest(["workload", _structure_hash(func), dtype])
+    return Layer(name=name, op_class=DYNAMIC_CLASS, anchor="", dtype=dtype, inputs=inputs, weights=weights,
+                 output=shapes[-1] if shapes else [], attrs={}, epilogue=[], flops=0.0, bytes=0.0, workload_key=key,
+                 batch_invariant_key=_digest(["invariant", key]), occurrences=occurrences, func=func)
+
+
 def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_size: int | None) -> Layer:
     """Read one PrimFunc: anchor block, op class, shapes, attributes, FLOPs, keys."""
+    import tvm
     from tvm.s_tir import Schedule
 
     sch = Schedule(func)
@@ -159,8 +177,10 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
     blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
 
     params = [p.ty for p in func.params]
-    shapes = [[int(d) for d in t.shape] for t in params]
     dtype = str(params[0].dtype) if params else "float32"
+    if any(not isinstance(d, tvm.tirx.IntImm) for t in params for d in t.shape):
+        return _dynamic(name, func, params, const_mask, occurrences, dtype)
+    shapes = [[int(d) for d in t.shape] for t in params]
     inputs = [s for s, c in zip(shapes[:-1], const_mask) if not c]
     weights = [s for s, c in zip(shapes[:-1], const_mask) if c]
     output = shapes[-1] if shapes else []

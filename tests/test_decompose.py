@@ -412,3 +412,32 @@ def test_transposed_convolutions_are_their_own_class_with_the_models_attributes(
     assert layer.epilogue == []
     # the anchor convolves the spread input: every output point sums C_in * prod(kernel) products
     assert layer.flops == 2 * math.prod(y) * x[1] * math.prod(want["kernel"])
+
+
+def test_a_layer_whose_shapes_are_known_only_at_run_time_keeps_tvms_default(tmp_path, capsys):
+    """NonMaxSuppression's output shape depends on its data: such a layer is described
+    (unknown dimensions as -1) and left to TVM's default schedule, and the model compiles;
+    it stopped ``layers`` and ``tune`` with a traceback."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from autotune.cli import main
+    from autotune.decompose import DYNAMIC_CLASS
+
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "mo"], ["sel"])], "nms",
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 10, 4]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 10])],
+        [helper.make_tensor_value_info("sel", TensorProto.INT64, ["n", 3])],
+        [numpy_helper.from_array(np.array([3], dtype=np.int64), "mo")],
+    )
+    path = tmp_path / "nms.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    _, mod = load_and_fuse(str(path))
+    dynamic = [layer for layer in decompose(mod) if layer.op_class == DYNAMIC_CLASS]
+    assert dynamic and not any(layer.tunable for layer in dynamic)
+    assert all(-1 in layer.output and layer.flops == 0 for layer in dynamic)
+    assert main(["layers", str(path), "--json"]) == 0
+    assert DYNAMIC_CLASS in capsys.readouterr().out
+    assert main(["compile", str(path), "--target", "llvm", "-o", str(tmp_path / "nms.so")]) == 0
