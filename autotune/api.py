@@ -102,6 +102,10 @@ def tune(
         from autotune.compile import check_output_path
 
         check_output_path(out)
+    if out_dir is not None:
+        from autotune.compile import check_output_dir
+
+        check_output_dir(out_dir)
     # The model, then MLflow, then history: a model that will not load, or a store MLflow
     # refuses, must not leave a new, empty history (or a failed MLflow run) behind
     loaded = load_layers(str(model), input_shapes=shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)

@@ -115,6 +115,16 @@ def check_output_path(out: str | os.PathLike) -> Path:
     return out
 
 
+def check_output_dir(folder: str | os.PathLike) -> Path:
+    """Fail before any work when reports could not be written in ``folder``: a file in
+    its place was found only once a whole tune had run."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise AutotuneError(f"cannot write the report in {folder}: it is a file, not a directory")
+    check_output_path(folder / "report.json")
+    return folder
+
+
 def make_parent(out: Path) -> Path:
     """``out``'s directory, made if missing; only once the file is about to be written, so
     a run that fails earlier leaves no empty directory behind."""

@@ -485,6 +485,14 @@ def test_tune_out_under_a_regular_file_refused_before_tuning(capsys, env):
     assert not (env / "tune.db").exists()
 
 
+def test_tune_report_folder_that_is_a_file_refused_before_tuning(capsys, env):
+    """It was found only once the whole tune had run, its export never made."""
+    (env / "afile").write_text("x")
+    _user_error(capsys, _tune("--target", "llvm", "--out-dir", "afile"), contains=("afile", "is a file, not a directory"))
+    _user_error(capsys, _tune("--target", "llvm", "--out-dir", "afile/run"), contains=("afile is not a directory",))
+    assert not (env / "tune.db").exists() and (env / "afile").read_text() == "x"
+
+
 def test_compile_onto_a_directory(capsys, env, dyn_model):
     (env / "outdir").mkdir()
     _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "outdir"],
