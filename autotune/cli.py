@@ -379,12 +379,15 @@ def cmd_history_ls(args) -> int:
 
 def cmd_history_runs(args) -> int:
     from autotune.layering_hint import run_layering
+    from autotune.tune import stale_run
     from history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
         runs = store.runs()
     for run in runs:
         run["batch_norm"] = run_layering(run)  # runs from before the flag: separate
+        if stale_run(run):  # as the next tune or `history rm` will record it
+            run["status"] = "killed"
     if args.json:
         print(json.dumps([{k: v for k, v in run.items() if k != "summary"} for run in runs]))
         return 0

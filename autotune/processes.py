@@ -9,11 +9,23 @@ __all__ = ["pid_alive"]
 
 
 def pid_alive(pid: int) -> bool:
-    """True while a process ``pid`` exists on this host (one we may not signal counts)."""
+    """True while a process ``pid`` runs on this host (one we may not signal counts). A
+    zombie does not: a killed tune whose parent shell has not reaped it yet kept its run
+    "running", and ``history rm`` refused it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Linux's word on ``pid`` (state Z: exited, not yet waited for); False where /proc says nothing."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"  # the name may hold spaces and parentheses

@@ -722,20 +722,23 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str) 
             + ("; gga hands the layer to tl_xgb after its first population" if tuner == "gga" else ""))
 
 
+def stale_run(run: dict[str, Any]) -> bool:
+    """A run left 'running' whose process on this host is gone (SIGKILL, power loss)."""
+    params = run.get("params") or {}
+    pid = params.get("pid")
+    if run["status"] != "running" or params.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    return pid != os.getpid() and not pid_alive(pid)
+
+
 def close_stale_runs(store) -> list[str]:
-    """Mark runs as killed whose process on this host is gone (SIGKILL, power loss):
-    their measurements are kept, only the run's status was left at 'running'."""
-    host = socket.gethostname()
+    """Mark :func:`stale_run` runs as killed: their measurements are kept, only the
+    run's status was left at 'running'."""
     closed = []
     for run in store.runs():
-        params = run.get("params") or {}
-        pid = params.get("pid")
-        if run["status"] != "running" or params.get("host") != host or not isinstance(pid, int):
-            continue
-        if pid == os.getpid() or pid_alive(pid):
-            continue
-        store.finish_run(run["run_id"], "killed", {"reason": f"process {pid} on {host} is gone"})
-        closed.append(run["run_id"])
+        if stale_run(run):
+            store.finish_run(run["run_id"], "killed", {"reason": f"process {run['params']['pid']} on {socket.gethostname()} is gone"})
+            closed.append(run["run_id"])
     return closed
 
 

@@ -417,6 +417,35 @@ def test_history_rm_removes_a_run_and_only_its_records(capsys, populated_history
         assert store.best(key, "llvm:znver3:cpu").config == {"i": 8}  # what reuse would take now
 
 
+def test_a_run_whose_process_was_killed_is_shown_killed_and_can_be_removed(capsys, populated_history):
+    """Killed, its process is gone even where its parent has not reaped it yet (a zombie,
+    which signal 0 still reaches): ``history runs`` says killed, ``history rm`` removes it."""
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    from history import open_history
+
+    path, _ = populated_history
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with open_history(path) as store:
+            store.start_run("dead", model="m", target_key="llvm:znver3:cpu", tuner="auto",
+                            params={"pid": child.pid, "host": socket.gethostname()})
+        assert main(["history", "runs", "--history", path, "--json"]) == 0
+        assert [r["status"] for r in json.loads(capsys.readouterr().out) if r["run_id"] == "dead"] == ["running"]
+        os.kill(child.pid, signal.SIGKILL)
+        time.sleep(0.3)  # dead, not yet waited for
+        assert main(["history", "runs", "--history", path, "--json"]) == 0
+        assert [r["status"] for r in json.loads(capsys.readouterr().out) if r["run_id"] == "dead"] == ["killed"]
+        assert main(["history", "rm", "dead", "--history", path]) == 0
+        assert "removed run dead (killed)" in capsys.readouterr().out
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_history_export_to_stdout_imports_from_stdin(capsys, populated_history, env, monkeypatch):
     """``history export - | history import -``, twice: the second adds nothing; bad JSON
     on standard input is refused before the database is created."""
