@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Callable
 
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
-from autotune.target import TargetSpec
+from autotune.target import TargetSpec, host_triple, triple_arch
 from history.models import BASELINE_SPACE_PREFIX
 
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
@@ -156,11 +157,25 @@ def write_atomically(out: Path, write: Callable[[Path], None], *, suffix: str = 
     return out
 
 
-def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpack_imports=None) -> Path:
+def cross_linker(target: TargetSpec) -> str | None:
+    """The C++ compiler that links a CPU module for another architecture's triple
+    (``aarch64-linux-gnu-g++``), None for the host's own; refused before any work where
+    there is none (the host's linker failed on the objects after the whole build)."""
+    triple = target.config.get("mtriple") if target.kind == "llvm" else None
+    if not triple or triple_arch(triple) == triple_arch(host_triple()):
+        return None
+    for name in (f"{triple}-g++", f"{triple}-c++", f"{triple}-clang++"):
+        if shutil.which(name):
+            return name
+    raise AutotuneError(f"cannot link a module for {triple} here: no {triple}-g++ (a cross compiler) on PATH")
+
+
+def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpack_imports=None,
+           cc: str | None = None) -> Path:
     """Write ``out`` (.so) and ``out.json`` (inputs, target, schedules) atomically.
 
     ``fpack_imports`` replaces how the imported modules are linked in (see
-    ``device_code.fatbin_packer``)."""
+    ``device_code.fatbin_packer``); ``cc`` links (:func:`cross_linker`)."""
     out = check_output_path(out)
     parent = make_parent(out)
     tmp = meta_tmp = ""
@@ -168,7 +183,7 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".so", dir=parent)
         os.close(fd)
         meta_tmp = tmp + ".json"
-        executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}))
+        executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}), **({"cc": cc} if cc else {}))
         with open(meta_tmp, "w", encoding="utf-8") as fh:
             json.dump(metadata, fh, indent=2, sort_keys=True)
         os.replace(tmp, out)
@@ -212,6 +227,7 @@ def compile_model(
     say = step or (lambda text: None)
 
     check_output_path(out)
+    linker = cross_linker(target)
     say(f"loading {model}")
     spec, mod = frontend.load_and_fuse(
         model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
@@ -245,7 +261,7 @@ def compile_model(
     }
     if spec.source.startswith("zoo:"):
         metadata["zoo"] = {"name": spec.name, "size": size, "batch_size": batch_size}
-    path = export(executable, out, metadata, fpack_imports=fpack_imports)
+    path = export(executable, out, metadata, fpack_imports=fpack_imports, cc=linker)
     return {
         "out": str(path),
         "metadata": str(sidecar(path)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -92,14 +93,31 @@ def resolve_target(name: str | None = "auto") -> TargetSpec:
             raise AutotuneError(f"--target kind must be 'cuda' or 'llvm', not {kind!r}")
         base = _cuda(config.get("arch")) if kind == "cuda" else _llvm()
         merged = {**base.config, **config}
-        # History files a CPU target under the CPU it compiles for (``mcpu``), as it
-        # files the host's; a CUDA target under its ``arch``.
-        arch = str((merged.get("arch") if kind == "cuda" else merged.get("mcpu")) or base.arch)
+        # another architecture's triple (the host's with another vendor or libc is the host)
+        foreign = kind == "llvm" and "mtriple" in config and triple_arch(config["mtriple"]) != triple_arch(host_triple())
+        if foreign and "mcpu" not in config:
+            merged.pop("mcpu", None)  # the host's CPU is no CPU of another architecture
+        # History files a CPU target under the CPU it compiles for (``mcpu``, or the
+        # architecture of another triple), as it files the host's; a CUDA target under its ``arch``.
+        arch = str((merged.get("arch") if kind == "cuda" else merged.get("mcpu")) or
+                   (triple_arch(config["mtriple"]) if foreign else base.arch))
         # Code for another CPU may run here, but its timings would be this CPU's, filed
-        # under the other's name: measure only for the host's own CPU.
-        measurable = base.has_device and (kind == "cuda" or arch == base.arch)
+        # under the other's name: measure only for the host's own CPU (and never for
+        # another architecture, whose code does not even link here).
+        measurable = base.has_device and (kind == "cuda" or (arch == base.arch and not foreign))
         return TargetSpec(kind, merged, arch, base.device_name, measurable)
     raise AutotuneError(f"unknown target {name!r}: use auto, llvm, cuda, cuda:sm_XX or a JSON dict")
+
+
+def triple_arch(triple: object) -> str:
+    return str(triple).partition("-")[0]
+
+
+@lru_cache(maxsize=1)
+def host_triple() -> str:
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_triple())
 
 
 @lru_cache(maxsize=1)
@@ -134,8 +152,8 @@ def cuda_spec(dev, arch: str | None, *, has_device: bool) -> TargetSpec:
             "thread_warp_size": int(dev.warp_size),
         }
     arch = arch or DEFAULT_CUDA_ARCH
-    if not arch.startswith("sm_"):
-        raise AutotuneError(f"CUDA arch must look like sm_90, not {arch!r}")
+    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+        raise AutotuneError(f"CUDA arch must look like sm_90 (or sm_90a), not {arch!r}")
     config = {"kind": "cuda", "arch": arch, "max_num_threads": limits["max_threads_per_block"], "registers_per_block": 65536, **limits}
     return TargetSpec("cuda", config, arch, name, has_device)
 
