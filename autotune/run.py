@@ -138,6 +138,7 @@ def load(path: str | os.PathLike, meta: dict[str, Any]):
     dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
     if kind == "cuda" and not dev.exist:
         raise AutotuneError(f"{path} was built for CUDA but no GPU is available here")
+    _check_complete(path)
     try:
         lib = tvm.runtime.load_module(str(path))
     except Exception as err:
@@ -174,6 +175,35 @@ def argument_order(path: str | os.PathLike, meta: dict[str, Any], vm) -> list[st
         raise AutotuneError(f"{path}: its description does not say in which order it takes its {len(names)} "
                             "inputs (written before 2026-11-27); compile it again")
     return names
+
+
+def _check_complete(path: str | os.PathLike) -> None:
+    """Refuse a shared library cut short (a copy interrupted): the dynamic loader maps
+    what its headers promise, and reading past the file's end killed the process with a
+    bus error and no word. Other files are left for the loader to judge."""
+    import struct
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+        if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+            return
+        wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+        if wide and len(head) < 64:
+            return
+        phoff, shoff = struct.unpack_from(order + ("QQ" if wide else "II"), head, 0x20 if wide else 0x1C)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 0x36 if wide else 0x2A)
+        need = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+        if need <= size and phnum:  # each segment's bytes, where the program headers say
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+            for i in range(phnum):
+                entry = table[i * phentsize:(i + 1) * phentsize]
+                offset, filesz = (struct.unpack_from(order + "QQQQ", entry, 8)[0::3] if wide
+                                  else struct.unpack_from(order + "IIII", entry, 4)[0::3])
+                need = max(need, offset + filesz)
+    if need > size:
+        raise AutotuneError(f"cannot load {path}: it is cut short ({size} bytes, its headers need {need}); copy it again")
 
 
 def run_module(

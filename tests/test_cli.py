@@ -522,6 +522,19 @@ def test_tune_report_folder_that_is_a_file_refused_before_tuning(capsys, env):
     assert not (env / "tune.db").exists() and (env / "afile").read_text() == "x"
 
 
+def test_run_a_module_cut_short_is_one_line(capsys, env, dyn_model):
+    """A copy interrupted: the loader maps what the headers promise, and reading past the
+    end killed the process with a bus error and no word."""
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "whole.so"]) == 0
+    data = (env / "whole.so").read_bytes()
+    for cut in (5000, len(data) - 100):
+        (env / "cut.so").write_bytes(data[:cut])
+        (env / "cut.so.json").write_bytes((env / "whole.so.json").read_bytes())
+        _user_error(capsys, ["run", "cut.so"], contains=("cannot load cut.so: it is cut short", f"{cut} bytes"))
+    capsys.readouterr()
+    assert main(["run", "whole.so", "--repeat", "1"]) == 0
+
+
 def test_compile_onto_a_directory(capsys, env, dyn_model):
     (env / "outdir").mkdir()
     _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "outdir"],
