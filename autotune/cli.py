@@ -482,22 +482,23 @@ def cmd_history_export(args) -> int:
 def cmd_history_import(args) -> int:
     from autotune.errors import AutotuneError
     from history import import_json, open_history
+    from history.io import read_export
 
     name = "standard input" if args.file == "-" else args.file
     if args.file != "-" and not Path(args.file).exists():
         raise AutotuneError(f"file not found: {args.file}")
-    try:  # reject what is not JSON before the history database is even opened
+    try:
         if args.file == "-":  # `history export - | history import -`
             text = sys.stdin.read()
         else:
             text = Path(args.file).read_text(encoding="utf-8")
-        json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise AutotuneError(f"{name} is not valid JSON: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise AutotuneError(f"cannot read {name}: {err}") from None
     source = io.StringIO(text)
     source.name = name
+    export = read_export(source)  # checked whole before the history is even opened: a bad file changes no byte of it
     with open_history(args.history) as store:
-        counts = import_json(store, source)
+        counts = import_json(store, export)
     print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present)")
     return 0
 

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, Mapping
 
@@ -253,12 +254,19 @@ def _parse(doc: Any) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[st
     return targets, workloads, records
 
 
-def import_json(store: HistoryStore, fp_or_path: str | os.PathLike[str] | IO[str]) -> dict[str, int]:
-    """Merge an export into ``store`` in one transaction; returns counts of what was added/skipped.
+@dataclass(frozen=True)
+class Export:
+    """An export read and checked whole (:func:`read_export`), not yet merged anywhere."""
 
-    Duplicates (same workload, target, space, config, created_at and median) are skipped,
-    so importing the same file again is a no-op.
-    """
+    name: str
+    targets: list[TargetInfo]
+    workloads: list[WorkloadInfo]
+    records: list[dict[str, Any]]
+
+
+def read_export(fp_or_path: str | os.PathLike[str] | IO[str]) -> Export:
+    """An export file (or stream) read and checked whole: a bad one is refused before a
+    history is opened for writing (which rewrites the file's header, changing its bytes)."""
     if hasattr(fp_or_path, "read"):
         name = getattr(fp_or_path, "name", "<stream>")
         try:
@@ -284,10 +292,20 @@ def import_json(store: HistoryStore, fp_or_path: str | os.PathLike[str] | IO[str
     except (json.JSONDecodeError, ValueError) as exc:
         raise HistoryError(f"cannot import {name}: not valid JSON ({exc})") from None
     try:
-        targets, workloads, records = _parse(doc)
+        return Export(name, *_parse(doc))
     except _Invalid as exc:
         raise HistoryError(f"cannot import {name}: {exc}; nothing was imported") from None
 
+
+def import_json(store: HistoryStore, source: str | os.PathLike[str] | IO[str] | Export) -> dict[str, int]:
+    """Merge an export (a file, a stream, or one :func:`read_export` read) into ``store``
+    in one transaction; returns counts of what was added/skipped.
+
+    Duplicates (same workload, target, space, config, created_at and median) are skipped,
+    so importing the same file again is a no-op.
+    """
+    export = source if isinstance(source, Export) else read_export(source)
+    name, targets, workloads, records = export.name, export.targets, export.workloads, export.records
     counts = {"added": 0, "skipped": 0, "targets_added": 0, "workloads_added": 0}
     r = schema.records
     with store._write("import") as conn:

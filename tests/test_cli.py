@@ -270,7 +270,8 @@ def test_history_url_unreachable(capsys):
 
 def test_history_parent_is_a_file(capsys, env):
     (env / "afile").write_text("x")
-    (env / "in.json").write_text("{}")
+    # a valid export (an invalid one is refused before any history is opened)
+    (env / "in.json").write_text('{"format": "autotune-history", "version": 1, "targets": [], "workloads": [], "records": []}')
     # reading commands: no such history
     _user_error(capsys, ["history", "ls", "--history", "afile/h.db"], contains=("afile",))
     # a writing command must not create anything either

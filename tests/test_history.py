@@ -623,6 +623,22 @@ BAD_IMPORTS: dict[str, tuple[Callable[[dict], None], str]] = {
 }
 
 
+def test_a_bad_import_through_the_cli_leaves_every_byte_of_the_history_file(tmp_path: Path, capsys) -> None:
+    """Opening a history for writing rewrites its header (WAL on and off): a file that
+    would be refused anyway is checked before, so not one byte of history changes."""
+    from autotune.cli import main
+
+    path = tmp_path / "h.db"
+    populated(path).close()
+    doc = _valid_doc(tmp_path)
+    doc["records"][0]["latency_median"] = -0.5
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    before = file_sha(path)
+    assert main(["history", "import", str(tmp_path / "bad.json"), "--history", str(path)]) == 2
+    assert "latency_median: must be >= 0" in capsys.readouterr().err
+    assert file_sha(path) == before
+
+
 @pytest.mark.parametrize("case", sorted(BAD_IMPORTS))
 def test_malformed_import_rejected_with_nothing_written(tmp_path: Path, case: str) -> None:
     mutate, message = BAD_IMPORTS[case]
