@@ -6,8 +6,12 @@ one :class:`AutotuneError` line, before TVM gets a chance to print a C++ backtra
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +146,12 @@ def _unreadable_external_data(path: Path) -> str | None:
     return None
 
 
+def _shape_text(dims) -> str:
+    """An ONNX input's shape as the model declares it: ``batchx3xHxW`` (an unnamed
+    dynamic dimension is ``?``); every one read ``N`` before."""
+    return "x".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims)
+
+
 def _pin_shapes(
     proto, name: str, source: str, overrides: dict[str, tuple[int, ...]], *, fold_batch_norm: bool = False
 ) -> ModelSpec:
@@ -171,9 +181,8 @@ def _pin_shapes(
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(d.dim_value)
             else:
-                example = "x".join(str(x.dim_value) if x.dim_value > 0 else "N" for x in ttype.shape.dim)
                 raise AutotuneError(
-                    f"input {inp.name!r} has a dynamic shape ({example}); fix it with --input-shape {inp.name}=..."
+                    f"input {inp.name!r} has a dynamic shape ({_shape_text(ttype.shape.dim)}); fix it with --input-shape {inp.name}=..."
                 )
         shapes[inp.name] = tuple(dims)
 
@@ -268,19 +277,45 @@ def to_relax(spec: ModelSpec):
             f"{spec.source}: ONNX op(s) not supported by TVM's ONNX frontend: {', '.join(missing)}"
         )
     opset = max((o.version for o in spec.proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
+    printed = io.StringIO()  # the frontend prints which operator failed, on standard output
     try:
-        mod = from_onnx(
-            proto,
-            shape_dict={k: list(v) for k, v in spec.input_shapes.items()},
-            dtype_dict=spec.input_dtypes,
-            opset=opset,
-            keep_params_in_input=False,
-        )
+        with contextlib.redirect_stdout(printed):
+            mod = from_onnx(
+                proto,
+                shape_dict={k: list(v) for k, v in spec.input_shapes.items()},
+                dtype_dict=spec.input_dtypes,
+                opset=opset,
+                keep_params_in_input=False,
+            )
     except tvm.error.OpNotImplemented as err:
-        raise AutotuneError(f"{spec.source}: {first_line(err)}") from None
+        raise AutotuneError(f"{spec.source}: {first_line(err)}") from _quietly_dropped(err)
     except Exception as err:
-        raise AutotuneError(f"{spec.source}: TVM's ONNX frontend failed: {first_line(err)}") from None
+        converting = re.match(r"Error converting operator (\w+)", printed.getvalue())
+        where = f" at {converting.group(1)}" if converting else ""
+        raise AutotuneError(f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}") from _quietly_dropped(err)
+    sys.stdout.write(printed.getvalue())
     return mod
+
+
+def _quietly_dropped(err: BaseException) -> None:
+    """Let ``err`` go now, with standard error shut: the frontend's half-built module goes
+    with its traceback, and TVM warns of it ("BlockBuilder destroyed with remaining
+    blocks") under the one line the user is owed."""
+    import gc
+    import traceback
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        traceback.clear_frames(err.__traceback__)  # the frames' locals hold the module being built
+        err.__traceback__ = None
+        gc.collect()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    return None
 
 
 def lowering_passes(*, batch_norm_in_epilogue: bool = False) -> list:

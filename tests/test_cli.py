@@ -523,6 +523,15 @@ def test_tune_report_folder_that_is_a_file_refused_before_tuning(capsys, env):
     assert not (env / "tune.db").exists() and (env / "afile").read_text() == "x"
 
 
+def test_an_input_shape_the_model_cannot_take_is_one_line_and_nothing_else(capfd, env, dyn_model):
+    """TVM's frontend printed which operator failed on standard output, and its C++ side
+    warned of a half-built module on standard error, around the one line."""
+    assert main(["layers", dyn_model, "--input-shape", "x=2x7"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, (out, err)
+    assert err.startswith("autotune: error: ") and "TVM's ONNX frontend failed at MatMul" in err
+
+
 def test_run_a_module_cut_short_is_one_line(capsys, env, dyn_model):
     """A copy interrupted: the loader maps what the headers promise, and reading past the
     end killed the process with a bus error and no word."""
