@@ -93,7 +93,7 @@ def test_unknown_zoo_name(capsys):
 
 
 def test_dynamic_shape_without_input_shape(capsys, dyn_model):
-    _user_error(capsys, ["layers", dyn_model], contains=("dynamic shape", "--input-shape x="))
+    _user_error(capsys, ["layers", dyn_model], contains=("dynamic shape (Nx8)", "--input-shape x="))
 
 
 def test_dynamic_shape_with_input_shape_works(capsys, dyn_model):

@@ -212,6 +212,19 @@ def test_dynamic_dim_needs_input_shape(tmp_path):
     assert "--input-shape" in msg and "'x'" in msg and "Nx8" in msg
 
 
+def test_a_dynamic_shape_is_named_as_the_model_names_it(tmp_path):
+    """Every dynamic dimension read N ("Nx3xNxN" for batch x 3 x H x W)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "H", None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, "H", None])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "named.onnx")
+    with pytest.raises(AutotuneError, match=r"dynamic shape \(batchx3xHx\?\)"):
+        load_model(str(tmp_path / "named.onnx"))
+
+
 def test_dynamic_dim_fixed_by_input_shape_converts(tmp_path):
     path = _dynamic_mlp(tmp_path / "dyn.onnx")
     spec = load_model(path, input_shapes={"x": (3, 8)})
