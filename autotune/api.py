@@ -118,6 +118,10 @@ def tune(
             report_dir = Path(out_dir) if out_dir is not None else run_dir(session.run_id)
             report["mlflow_run_id"] = tracker.run_id
             report["report_dir"] = str(report_dir)
+            if out_dir is not None:
+                from autotune.report import remember_report_dir
+
+                remember_report_dir(session.run_id, report_dir)
             for path in _write_decomposition(session.decomposition, report_dir):
                 tracker.log_artifact(str(path))
             if out is not None:

@@ -538,7 +538,9 @@ def cmd_report(args) -> int:
     out_dir = Path(args.out_dir) if args.out_dir else Path(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
     paths = reporting.write_artifacts(data, out_dir)
     if args.json:
-        print(json.dumps({"rows": reporting.summary_rows(data), "files": [str(p) for p in paths]}, default=str))
+        # the run's own figures (model latency before and after, measuring time...) beside its rows
+        head = {k: v for k, v in data.items() if k != "layers"}
+        print(json.dumps({**head, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths]}, default=str))
     else:
         print(reporting.format_table(data))
         print(f"wrote {', '.join(str(p) for p in paths)}")

@@ -26,11 +26,54 @@ CONVERGENCE_PNG = "convergence.png"
 LAYERS_TXT = "layers.txt"
 
 
+#: In a run's folder under the autotune home: where its report went instead (``--out-dir``).
+REPORT_ELSEWHERE = "report_dir.txt"
+
+
 def run_dir(run_id: str) -> Path:
     """Where ``tune`` writes a run's report unless told otherwise, and where ``report`` looks first."""
     from history.location import autotune_home
 
     return Path(autotune_home()) / "runs" / run_id
+
+
+def remember_report_dir(run_id: str, report_dir: str | os.PathLike[str]) -> None:
+    """A run whose report went to ``--out-dir`` leaves its address in its own run folder,
+    so that ``report RUN_ID`` finds it as it finds the others (it said the id was no run)."""
+    folder = run_dir(run_id)
+    if Path(report_dir).resolve() == folder.resolve():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / REPORT_ELSEWHERE).write_text(str(Path(report_dir).resolve()) + "\n", encoding="utf-8")
+    except OSError:
+        pass  # a convenience: the report itself is written
+
+
+def _local_report(run_id: str) -> Path | None:
+    """The report.json of a run of this machine, by its id or a unique prefix of it."""
+    runs = run_dir(run_id).parent
+    folder = runs / run_id
+    if not folder.is_dir():
+        try:
+            found = [p for p in runs.iterdir() if p.name.startswith(run_id) and p.is_dir()]
+        except OSError:
+            found = []
+        if len(found) > 1:
+            raise AutotuneError(f"run id prefix {run_id!r} matches {len(found)} runs: "
+                                f"{', '.join(sorted(p.name for p in found)[:5])}{'...' if len(found) > 5 else ''}")
+        if not found:
+            return None
+        folder = found[0]
+    if (folder / REPORT_JSON).is_file():
+        return folder / REPORT_JSON
+    pointer = folder / REPORT_ELSEWHERE
+    if pointer.is_file():
+        elsewhere = Path(pointer.read_text(encoding="utf-8").strip()) / REPORT_JSON
+        if elsewhere.is_file():
+            return elsewhere
+        raise AutotuneError(f"run {folder.name}'s report was written to {elsewhere.parent}, which holds no {REPORT_JSON} now")
+    return None
 
 
 #: Column order of summary_rows / the CSV.
@@ -448,8 +491,8 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
 
     run_id = str(run_id_or_dir).strip()
     if _RUN_ID.fullmatch(run_id):
-        local = run_dir(run_id) / REPORT_JSON
-        if local.is_file():
+        local = _local_report(run_id)
+        if local is not None:
             return _read_report_file(local)
     from autotune.tracking import _fast_fail_http, _one_line, _quiet_mlflow, env_defaults, open_client
 

@@ -525,6 +525,21 @@ def test_a_candidate_answered_by_its_twin_program_is_marked_so_in_history(tmp_pa
     assert capsys.readouterr().out.count(" twin ") == len(marked)
 
 
+def test_report_finds_a_run_whose_report_went_elsewhere_by_its_id_or_a_prefix(tmp_path, capsys):
+    """``tune --out-dir X --no-mlflow`` printed a run id that ``report`` then called no
+    run; ``report --json`` gave the rows alone, not the run's own figures."""
+    model = _one_graph(tmp_path / "tiny.onnx", [helper.make_node("MatMul", ["input", "F"], ["m"]),
+                                                helper.make_node("Relu", ["m"], ["output"])], (1, 16), (1, 8), {"F": (16, 8)})
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "4", "--batch", "4", "--tuner", "random",
+                 "--history", str(tmp_path / "h.db"), "--no-mlflow", "--quiet", "--json",
+                 "--out-dir", str(tmp_path / "elsewhere")]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    for given in (run_id, run_id[:5]):
+        assert main(["report", given, "--out-dir", str(tmp_path / f"again-{given}"), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["run_id"] == run_id and out["model_latency_before"] > 0 and out["rows"][0]["name"] == "fused_matmul_relu"
+
+
 def test_a_reused_layer_reports_the_schedule_compile_applies_checked(tmp_path, capsys):
     """An exact hit reuses history with no trial; what the run reports for it is what
     ``compile`` applies (TVM's default where that is faster than every tuned record, as
