@@ -231,6 +231,13 @@ def run(
                 takes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in shapes.items())
                 raise AutotuneError(f"--check {check} does not take this module's inputs ({takes}); "
                                     f"is the module compiled from {check}?") from None
+        # a float16 module against the float32 model (or back) would only say MISMATCH
+        other = {k: (v.get("dtype", "float32"), model.input_dtypes.get(k)) for k, v in meta["inputs"].items()}
+        other = {k: (ours, theirs) for k, (ours, theirs) in other.items() if theirs is not None and ours != theirs}
+        if other:
+            name, (ours, theirs) = next(iter(other.items()))
+            raise AutotuneError(f"--check {check} takes {name} as {theirs}, this module as {ours}; "
+                                f"is the module compiled from {check}?")
         try:
             want = onnx_reference(model.proto, feed)
         except Exception as err:  # the evaluator's own errors: a model that does not take these inputs

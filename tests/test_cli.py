@@ -532,6 +532,19 @@ def test_an_input_shape_the_model_cannot_take_is_one_line_and_nothing_else(capfd
     assert err.startswith("autotune: error: ") and "TVM's ONNX frontend failed at MatMul" in err
 
 
+def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, env, dyn_model):
+    """A float16 module checked against the float32 model said MISMATCH, as if wrong."""
+    import onnx
+
+    from autotune.half_precision import float16_model
+
+    onnx.save(float16_model(onnx.load(dyn_model)), env / "dyn16.onnx")
+    assert main(["compile", "dyn16.onnx", "--input-shape", "x=2x8", "--target", "llvm", "-o", "dyn16.so"]) == 0
+    capsys.readouterr()
+    _user_error(capsys, ["run", "dyn16.so", "--check", dyn_model, "--repeat", "1"],
+                contains=("takes x as float32, this module as float16", "is the module compiled from"))
+
+
 def test_run_a_module_cut_short_is_one_line(capsys, env, dyn_model):
     """A copy interrupted: the loader maps what the headers promise, and reading past the
     end killed the process with a bus error and no word."""
