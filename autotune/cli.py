@@ -210,11 +210,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- commands -------------------------------------------------------------------------------
+def _lasting_history(location: str | None, command: str) -> None:
+    """Refuse a history that ends with the command (an in-memory SQLite URL): a whole
+    tune ran and exited 0 with every measurement thrown away."""
+    from autotune.errors import AutotuneError
+    from history.location import resolve_location
+
+    url = resolve_location(location)
+    if url.split("?")[0] in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):
+        raise AutotuneError(f"--history {location}: an in-memory database ends with the command, and all that "
+                            f"{command} writes with it; give a file or a database server")
+
+
 def cmd_tune(args) -> int:
     from autotune import api
     from autotune import report as reporting
     from autotune.frontend import parse_input_shapes
 
+    _lasting_history(args.history, "tune")
     # --quiet wins over --json: the report alone, without a progress event per line before it
     mode = "quiet" if args.quiet else ("json" if args.json else "rich")
     report = api.tune(
@@ -484,6 +497,7 @@ def cmd_history_import(args) -> int:
     from history import import_json, open_history
     from history.io import read_export
 
+    _lasting_history(args.history, "import")
     name = "standard input" if args.file == "-" else args.file
     if args.file != "-" and not Path(args.file).exists():
         raise AutotuneError(f"file not found: {args.file}")

@@ -545,6 +545,13 @@ def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, 
                 contains=("takes x as float32, this module as float16", "is the module compiled from"))
 
 
+def test_a_history_that_ends_with_the_command_is_refused_where_it_would_be_written(capsys, env):
+    """``--history sqlite://`` tuned a whole model and exited 0, every measurement lost."""
+    for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):
+        _user_error(capsys, _tune("--target", "llvm", "--history", url), contains=("in-memory database ends with the command",))
+        _user_error(capsys, ["history", "import", "x.json", "--history", url], contains=("import writes",))
+
+
 def test_run_a_module_cut_short_is_one_line(capsys, env, dyn_model):
     """A copy interrupted: the loader maps what the headers promise, and reading past the
     end killed the process with a bus error and no word."""
