@@ -232,12 +232,11 @@ def run(
                 raise AutotuneError(f"--check {check} does not take this module's inputs ({takes}); "
                                     f"is the module compiled from {check}?") from None
         # a float16 module against the float32 model (or back) would only say MISMATCH
-        other = {k: (v.get("dtype", "float32"), model.input_dtypes.get(k)) for k, v in meta["inputs"].items()}
-        other = {k: (ours, theirs) for k, (ours, theirs) in other.items() if theirs is not None and ours != theirs}
-        if other:
-            name, (ours, theirs) = next(iter(other.items()))
-            raise AutotuneError(f"--check {check} takes {name} as {theirs}, this module as {ours}; "
-                                f"is the module compiled from {check}?")
+        for name, info in meta["inputs"].items():
+            ours, theirs = info.get("dtype", "float32"), model.input_dtypes.get(name)
+            if theirs is not None and ours != theirs:
+                raise AutotuneError(f"--check {check} takes {name} as {theirs}, this module as {ours}; "
+                                    f"is the module compiled from {check}?")
         try:
             want = onnx_reference(model.proto, feed)
         except Exception as err:  # the evaluator's own errors: a model that does not take these inputs

@@ -287,17 +287,20 @@ def to_relax(spec: ModelSpec):
                 opset=opset,
                 keep_params_in_input=False,
             )
-    except tvm.error.OpNotImplemented as err:
-        raise AutotuneError(f"{spec.source}: {first_line(err)}") from _quietly_dropped(err)
     except Exception as err:
-        converting = re.match(r"Error converting operator (\w+)", printed.getvalue())
-        where = f" at {converting.group(1)}" if converting else ""
-        raise AutotuneError(f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}") from _quietly_dropped(err)
+        if isinstance(err, tvm.error.OpNotImplemented):
+            message = f"{spec.source}: {first_line(err)}"
+        else:
+            converting = re.match(r"Error converting operator (\w+)", printed.getvalue())
+            where = f" at {converting.group(1)}" if converting else ""
+            message = f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}"
+        _drop_quietly(err)
+        raise AutotuneError(message) from None
     sys.stdout.write(printed.getvalue())
     return mod
 
 
-def _quietly_dropped(err: BaseException) -> None:
+def _drop_quietly(err: BaseException) -> None:
     """Let ``err`` go now, with standard error shut: the frontend's half-built module goes
     with its traceback, and TVM warns of it ("BlockBuilder destroyed with remaining
     blocks") under the one line the user is owed."""
@@ -315,7 +318,6 @@ def _quietly_dropped(err: BaseException) -> None:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-    return None
 
 
 def lowering_passes(*, batch_norm_in_epilogue: bool = False) -> list:
