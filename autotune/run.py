@@ -69,6 +69,12 @@ def load_inputs(path: str | os.PathLike, meta: dict[str, Any]) -> dict[str, np.n
     import zipfile
 
     try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        # numpy reads what is neither a zip (.npz) nor an .npy as a pickle, and said the
+        # file "contains pickled (object) data" of any text file
+        if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):
+            raise ValueError("it is not one (no .npz or .npy header)")
         with np.load(path, allow_pickle=False) as data:
             if not isinstance(data, np.lib.npyio.NpzFile):
                 raise ValueError("a single array, not an .npz of named arrays")

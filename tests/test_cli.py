@@ -934,5 +934,5 @@ def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):
     np.savez(env / "objects.npz", x=np.array([{"a": 1}, None], dtype=object))
     refused("objects.npz", "cannot read inputs from objects.npz")
     (env / "text.npz").write_text("not numpy")
-    refused("text.npz", "cannot read inputs from text.npz")
+    refused("text.npz", "cannot read inputs from text.npz", "no .npz or .npy header")  # numpy called it pickled data
     refused("absent.npz", "inputs file not found: absent.npz")
