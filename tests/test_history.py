@@ -84,6 +84,16 @@ def file_sha(path: Path | str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def edit_file(path: Path | str, sql: str) -> None:
+    """Change a history file behind the store's back, as an older autotune or a hand would."""
+    con = sqlite3.connect(path)
+    try:
+        con.execute(sql)
+        con.commit()
+    finally:
+        con.close()
+
+
 def table_counts(path: Path | str) -> dict[str, int]:
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -705,10 +715,7 @@ def test_a_latency_below_zero_already_in_a_file_is_never_the_best(tmp_path: Path
     """Imports took any latency before 2026-11-27; one at or below zero must not win."""
     path = tmp_path / "h.db"
     populated(path).close()
-    con = sqlite3.connect(path)
-    con.execute("UPDATE records SET latency_median = -0.5 WHERE id = 1")
-    con.commit()
-    con.close()
+    edit_file(path, "UPDATE records SET latency_median = -0.5 WHERE id = 1")
     with open_history(path, readonly=True) as store:
         best = store.best(CONV.key, GPU.key)
         assert best is not None and best.id == 4 and best.latency_median == 5e-4
@@ -721,10 +728,7 @@ def test_a_file_from_before_twins_were_marked(tmp_path: Path) -> None:
     field imports as not twins."""
     path = tmp_path / "old.db"
     populated(path).close()
-    con = sqlite3.connect(path)
-    con.execute("ALTER TABLE records DROP COLUMN twin")
-    con.commit()
-    con.close()
+    edit_file(path, "ALTER TABLE records DROP COLUMN twin")
     before = file_sha(path)
     with open_history(path, readonly=True) as store:
         assert len(store.records()) == 6 and not any(r.twin for r in store.records())
@@ -748,10 +752,7 @@ def test_a_file_from_before_twins_were_marked(tmp_path: Path) -> None:
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "h.db"
     open_history(path).close()
-    con = sqlite3.connect(path)
-    con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
-    con.commit()
-    con.close()
+    edit_file(path, "UPDATE meta SET value = '999' WHERE key = 'schema_version'")
     with pytest.raises(HistoryError, match="newer"):
         open_history(path)
 
