@@ -121,8 +121,8 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def model_dtype(layers) -> str:
-    """The dtype the whole model runs in on the vendor side: that of its tunable layers
-    (a float16 export keeps float32 only where it must, e.g. no layer at all)."""
+    """The dtype the whole model runs in on the vendor side: its tunable layers' one
+    dtype (float16 for a float16 export), else float32."""
     dtypes = {layer.dtype for layer in layers if layer.tunable}
     return dtypes.pop() if len(dtypes) == 1 else "float32"
 

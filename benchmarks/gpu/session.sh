@@ -184,6 +184,8 @@ rm -rf "$R"; mkdir -p "$R" "$dest"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNE_HOME=$R/home
 py=python3
 
+# the median latency (ms) an `autotune run --json` step wrote to $R/NAME.out; 0 where none
+run_ms() { $py -c "import json,sys; print(json.load(open(sys.argv[1]))['latency_median_s']*1e3)" "$R/$1.out" 2>/dev/null || echo 0; }
 # TAG names the archive too, so two runs of one mode in one call both come back.
 pack() { tar czf "$dest/gpu-$mode${TAG:-}.tgz" -C "$R" --exclude='*.so' . 2>/dev/null; cp "$R/steps.txt" "$dest/steps-$mode${TAG:-}.txt" 2>/dev/null; }
 step() {
@@ -206,7 +208,7 @@ check)
   step tune 240 $py -m autotune tune resnet18 --trials ${TRIALS:-64} --no-mlflow --json --quiet --out "$R/resnet18_cuda.so"
   step run_check 90 $py -m autotune run "$R/resnet18_cuda.so" --check resnet18 --json
   step load_check 120 $py benchmarks/gpu/load_check.py "$R/resnet18_cuda.so" ${CARRIED_SO:-}
-  ours=$($py -c "import json,sys; print(json.load(open('$R/run_check.out'))['latency_median_s']*1e3)" 2>/dev/null || echo 0)
+  ours=$(run_ms run_check)
   step vendor 120 $py benchmarks/bench_vs_vendor.py --model resnet18 --history "$R/home/history.db" --ours-model-ms "$ours" --out "$R/vendor.json"
   step vendor_tf32 60 $py benchmarks/bench_vs_vendor.py --model resnet18 --history "$R/home/history.db" --ours-model-ms "$ours" --tf32 --out "$R/vendor_tf32.json"
   ;;
@@ -317,7 +319,7 @@ half)
   step half_tune "${TUNE_LIMIT:-300}" $py -m autotune tune "$R/resnet18_fp16.onnx" --target cuda --trials "${TRIALS:-48}" \
     --no-mlflow --json --quiet --out "$R/resnet18_fp16.so"
   step half_run 90 $py -m autotune run "$R/resnet18_fp16.so" --check "$R/resnet18_fp16.onnx" --json
-  ours=$($py -c "import json,sys; print(json.load(open('$R/half_run.out'))['latency_median_s']*1e3)" 2>/dev/null || echo 0)
+  ours=$(run_ms half_run)
   step half_vendor 120 $py benchmarks/bench_vs_vendor.py --model "$R/resnet18_fp16.onnx" --torchvision resnet18 \
     --history "$R/home/history.db" --ours-model-ms "$ours" --out "$R/vendor_fp16.json"
   ;;
