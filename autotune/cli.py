@@ -282,7 +282,9 @@ def cmd_compile(args) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history, the rest TVM defaults")
+        whose = f" (records of {summary['history_target']})" if summary.get("history_target", summary["target"]) != summary["target"] else ""
+        print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history{whose}, "
+              "the rest TVM defaults")
         if summary.get("history_note"):
             print(f"note: {summary['history_note']}")
         kernels = summary.get("device_code")

@@ -40,8 +40,26 @@ class Applied:
         return sum(1 for v in self.layers.values() if v["schedule"] == "history")
 
 
-def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None = None):
-    """Replace each layer's PrimFunc with its best history schedule, where there is one."""
+def history_target_key(store, target: TargetSpec) -> str:
+    """Whose records a build for ``target`` applies. A target with its device here is
+    its own key. Built for a device that is not here (``cuda:sm_90`` on a machine with
+    no GPU, a CPU named by ``mcpu``), no record can carry this machine's name for it,
+    and compiling resnet18 for ``cuda:sm_90`` applied none of an H100's 27 layers: the
+    records of the same kind and arch are used, the device's with the most of them where
+    history holds several."""
+    if store is None or target.has_device:
+        return target.key
+    same = [t.key for t in store.targets() if (t.kind, t.arch) == (target.kind, target.arch)]
+    if target.key in same or not same:
+        return target.key
+    if len(same) == 1:
+        return same[0]
+    return max(same, key=lambda key: sum(row["n_ok"] for row in store.summary(key)))
+
+
+def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None = None, target_key: str | None = None):
+    """Replace each layer's PrimFunc with its best history schedule, where there is one
+    (records of ``target_key``, by default the target's own)."""
     from templates import InvalidConfig
     from templates.meta_schedule_space import MetaScheduleSpace
 
@@ -51,7 +69,7 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
     for layer in layers:
         entry: dict[str, Any] = {"workload_key": layer.workload_key, "schedule": "default", "record_id": None}
         applied.layers[layer.name] = entry
-        record = store.best(layer.workload_key, target.key) if store is not None else None
+        record = store.best(layer.workload_key, target_key or target.key) if store is not None else None
         if record is None or record.space_id.startswith(DEFAULT_SPACE_PREFIX):
             if record is not None:
                 entry["record_id"] = record.id
@@ -234,8 +252,9 @@ def compile_model(
     )
     layers = decompose.decompose(mod, batch_size=batch_size)
     say(f"applying history's schedules to {len(layers)} layers")
-    mod, applied = apply_history(mod, layers, target, store)
-    hint = history_layering_hint(store, spec, target_key=target.key, batch_norm=batch_norm)
+    history_key = history_target_key(store, target)
+    mod, applied = apply_history(mod, layers, target, store, target_key=history_key)
+    hint = history_layering_hint(store, spec, target_key=history_key, batch_norm=batch_norm)
     say(f"building for {target.key}")
     executable = build(mod, target)
     if target.kind == "cuda":
@@ -251,6 +270,7 @@ def compile_model(
         "target": target.config,
         "target_kind": target.kind,
         "target_key": target.key,
+        "history_target_key": history_key,
         "inputs": spec.inputs_description(),
         # the order the module takes them in: ``inputs`` is an object, written with sorted keys
         "input_order": list(spec.input_shapes),
@@ -267,6 +287,7 @@ def compile_model(
         "metadata": str(sidecar(path)),
         "model": spec.name,
         "target": target.key,
+        "history_target": history_key,
         "layers": len(layers),
         "tuned_layers": applied.tuned,
         "device_code": kernels,

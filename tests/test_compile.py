@@ -55,6 +55,36 @@ def _two_inputs(path):
     return path
 
 
+def test_built_for_a_gpu_not_here_it_takes_that_gpus_history(tmp_path, capsys):
+    """History names a GPU's records after the device that timed them; a build for
+    ``cuda:sm_90`` on a machine with none looked up this machine's name for it, and
+    applied none of an H100's records (0 of 43 ResNet-50 layers, 23 with this)."""
+    from autotune import decompose, frontend
+    from autotune.target import resolve_target
+    from history import TargetInfo, open_history
+    from templates.meta_schedule_space import MetaScheduleSpace
+
+    model = _two_inputs(tmp_path / "m.onnx")
+    target = resolve_target("cuda:sm_90")
+    if target.has_device:
+        pytest.skip("a GPU is here: its own records are the ones to apply")
+    _, mod = frontend.load_and_fuse(str(model))
+    (layer,) = [l for l in decompose.decompose(mod) if l.tunable]
+    space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+    history = tmp_path / "h.db"
+    with open_history(history) as store:
+        for device in ("NVIDIA-H100", "NVIDIA-H100-NVL"):  # the one with records is taken
+            store.register_target(TargetInfo("cuda", "sm_90", device))
+        store.register_workload(layer.workload_info())
+        store.add_record(workload_key=layer.workload_key, target_key="cuda:sm_90:NVIDIA-H100", space_id=space.space_id,
+                         config=space.default_config(), samples=[1e-6], status="ok")
+        store.register_target(TargetInfo("llvm", "other", "cpu"))
+    assert main(["compile", str(model), "--target", "cuda:sm_90", "--history", str(history), "-o", str(tmp_path / "m.so"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["history_target"] == "cuda:sm_90:NVIDIA-H100" and summary["tuned_layers"] == 1
+    assert summary["schedules"][layer.name]["schedule"] == "history"
+
+
 def test_a_module_takes_its_inputs_in_the_models_order(tmp_path, capsys):
     """The description lists inputs by name with sorted keys; the module must still get
     them in the model's order (a model with inputs ``zeta, alpha`` was fed ``alpha``
