@@ -214,10 +214,9 @@ def _lasting_history(location: str | None, command: str) -> None:
     """Refuse a history that ends with the command (an in-memory SQLite URL): a whole
     tune ran and exited 0 with every measurement thrown away."""
     from autotune.errors import AutotuneError
-    from history.location import resolve_location
+    from history.location import in_memory, resolve_location
 
-    url = resolve_location(location)
-    if url.split("?")[0] in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):
+    if in_memory(resolve_location(location)):
         raise AutotuneError(f"--history {location}: an in-memory database ends with the command, and all that "
                             f"{command} writes with it; give a file or a database server")
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
-from autotune.target import TargetSpec, host_triple, triple_arch
+from autotune.target import TargetSpec, other_architecture
 from history.models import BASELINE_SPACE_PREFIX
 
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
@@ -180,7 +180,7 @@ def cross_linker(target: TargetSpec) -> str | None:
     (``aarch64-linux-gnu-g++``), None for the host's own; refused before any work where
     there is none (the host's linker failed on the objects after the whole build)."""
     triple = target.config.get("mtriple") if target.kind == "llvm" else None
-    if not triple or triple_arch(triple) == triple_arch(host_triple()):
+    if not other_architecture(triple):
         return None
     for name in (f"{triple}-g++", f"{triple}-c++", f"{triple}-clang++"):
         if shutil.which(name):

@@ -94,7 +94,7 @@ def resolve_target(name: str | None = "auto") -> TargetSpec:
         base = _cuda(config.get("arch")) if kind == "cuda" else _llvm()
         merged = {**base.config, **config}
         # another architecture's triple (the host's with another vendor or libc is the host)
-        foreign = kind == "llvm" and "mtriple" in config and triple_arch(config["mtriple"]) != triple_arch(host_triple())
+        foreign = kind == "llvm" and other_architecture(config.get("mtriple"))
         if foreign and "mcpu" not in config:
             merged.pop("mcpu", None)  # the host's CPU is no CPU of another architecture
         # History files a CPU target under the CPU it compiles for (``mcpu``, or the
@@ -111,6 +111,12 @@ def resolve_target(name: str | None = "auto") -> TargetSpec:
 
 def triple_arch(triple: object) -> str:
     return str(triple).partition("-")[0]
+
+
+def other_architecture(triple: object) -> bool:
+    """An LLVM triple of another architecture than this machine's (the host's own with
+    another vendor or libc, ``x86_64-pc-linux-gnu`` beside ``x86_64-conda-linux-gnu``, is not)."""
+    return bool(triple) and triple_arch(triple) != triple_arch(host_triple())
 
 
 @lru_cache(maxsize=1)

@@ -27,6 +27,18 @@ def is_url(location: str) -> bool:
     return "://" in location
 
 
+def in_memory(url) -> bool:
+    """Whether a history URL (text or parsed) names SQLite's in-memory database, which ends with its process."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return False
+    return parsed.get_backend_name() == "sqlite" and (parsed.database or "") in ("", ":memory:")
+
+
 def resolve_location(location: str | os.PathLike[str] | None = None) -> str:
     """SQLAlchemy URL of the history: explicit argument, else $AUTOTUNE_HISTORY, else
     ``history.db`` in :func:`autotune_home`.

@@ -39,7 +39,7 @@ from sqlalchemy.exc import (
 
 from . import schema, sqlite_db
 from .errors import HistoryError, cause
-from .location import mask_url, resolve_location
+from .location import in_memory, mask_url, resolve_location
 from .models import (
     BASELINE_SPACE_PREFIX,
     MAX_ERROR_CHARS,
@@ -132,7 +132,7 @@ class HistoryStore:
     def _open_sqlite(self, url: URL, *, create: bool, readonly: bool) -> None:
         """Open a SQLite file after checking it by hand, so failures are clear and leave nothing."""
         database = url.database or ""
-        if database in ("", ":memory:"):
+        if in_memory(url):
             self.location = "sqlite in-memory database"
             self._engine = sqlite_engine(":memory:", readonly=False, immutable=False, memory=True, wal=self._uses_wal)
             self._init_schema(writable=True, create=True)
