@@ -68,7 +68,7 @@ def tune(
     mlflow_uri: str | None = None,
     input_shapes: Shapes | None = None,
     size: int | None = None,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     progress: Progress = "quiet",
     **options: Any,
 ) -> dict[str, Any]:
@@ -148,7 +148,7 @@ def compile(
     history: str | None = None,
     input_shapes: Shapes | None = None,
     size: int | None = None,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     batch_norm: str = DEFAULT_BATCH_NORM,
     step=None,
 ) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def run(
     ``save_outputs`` writes the outputs to an ``.npz``; ``return_outputs`` puts them, as
     numpy arrays, under ``result["output_arrays"]``.
     """
-    from autotune.frontend import InputShapeError, load_model
+    from autotune.frontend import InputShapeError, is_zoo_name, load_model
     from autotune.half_precision import is_half
     from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
     from autotune.verify import max_abs_error, outputs_match
@@ -220,7 +220,7 @@ def run(
     if check is not None:
         check = str(check)
         zoo_info = meta.get("zoo") or {}
-        if zoo_info.get("name") == check and not Path(check).exists():
+        if zoo_info.get("name") == check and is_zoo_name(check):
             # rebuild exactly the zoo model that was compiled (same size, batch and weights)
             model = load_model(check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
         else:
@@ -240,8 +240,7 @@ def run(
         try:
             want = onnx_reference(model.proto, feed)
         except Exception as err:  # the evaluator's own errors: a model that does not take these inputs
-            raise AutotuneError(f"--check {check}: ONNX's reference evaluator could not run it on the module's inputs "
-                                f"({type(err).__name__}: {first_line(err)}); is the module compiled from {check}?") from None
+            raise AutotuneError(_reference_failure(check, err)) from None
         errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
         matched = [outputs_match(g, w, rtol=rtol, atol=atol) for g, w in zip(outputs, want)]
         result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None,
@@ -274,7 +273,7 @@ def layers(
     *,
     input_shapes: Shapes | None = None,
     size: int | None = None,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     batch_norm: str = DEFAULT_BATCH_NORM,
 ) -> dict[str, Any]:
     """The fused layers TVM will generate for ``model``: ``{"model", "inputs", "layers"}``,
@@ -286,7 +285,7 @@ def layers(
     spec, mod = frontend.load_and_fuse(
         str(model), input_shapes=_input_shapes(input_shapes), size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    return {"model": spec.name, "inputs": spec.input_shapes, "layers": decompose.decompose(mod, batch_size=batch_size)}
+    return {"model": spec.name, "inputs": spec.input_shapes, "layers": decompose.decompose(mod, batch_size=spec.batch_size)}
 
 
 def report(run: str | os.PathLike, *, mlflow_uri: str | None = None) -> dict[str, Any]:
@@ -325,10 +324,26 @@ def _input_shapes(shapes: Shapes | None) -> dict[str, tuple[int, ...]]:
     return fixed
 
 
-def _check_model_size(size: int | None, batch_size: int) -> None:
+def _reference_failure(check: str, err: Exception) -> str:
+    """Why ``run --check`` has no reference. An error ONNX's evaluator pins on one of its
+    operators (its NonMaxSuppression takes no model's scalar inputs) is the evaluator's:
+    asking whether the module was compiled from the model, as for any other, misled."""
+    import re
+
+    line = f"{type(err).__name__}: {first_line(err)}"
+    operator = re.search(r"\(operator '([^']+)'\)", line)
+    if operator:
+        return (f"--check {check}: ONNX's reference evaluator failed in the model's {operator.group(1)} operator "
+                f"({line}), so this module's outputs cannot be checked against it")
+    return (f"--check {check}: ONNX's reference evaluator could not run it on the module's inputs "
+            f"({line}); is the module compiled from {check}?")
+
+
+def _check_model_size(size: int | None, batch_size: int | None) -> None:
     if size is not None:
         check_count(size, "size")
-    check_count(batch_size, "batch_size")
+    if batch_size is not None:
+        check_count(batch_size, "batch_size")
 
 
 def _history_exists(location: str | None) -> bool:

@@ -28,7 +28,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="bundled model name (see 'autotune zoo list') or path/to/model.onnx")
     p.add_argument("--input-shape", action="append", metavar="NAME=DxD..", help="fix an input's shape, e.g. input=1x3x224x224 (repeatable)")
     p.add_argument("--size", type=int, help="zoo models: image side (CNNs) or sequence length (transformer)")
-    p.add_argument("--batch-size", type=int, default=1, help="zoo models: batch size (default 1)")
+    p.add_argument("--batch-size", type=int, help="zoo models: batch size (default 1)")
     p.add_argument(
         "--batch-norm", choices=BATCH_NORM_LAYERINGS, default=DEFAULT_BATCH_NORM,
         help=f"where inference batch norm runs: folded into the conv's weights, in its epilogue, or a kernel of its own "
@@ -571,7 +571,11 @@ def _version() -> str:
 
 def _flag(option: str) -> str:
     """The flag the CLI spells an API option with: ``min_trials`` -> ``--min-trials``."""
-    return "--" + option.replace("_", "-")
+    return _FLAGS.get(option) or "--" + option.replace("_", "-")
+
+
+#: API options the CLI spells otherwise than by the rule
+_FLAGS = {"input_shapes": "--input-shape"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

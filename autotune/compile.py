@@ -228,7 +228,7 @@ def compile_model(
     store=None,
     input_shapes=None,
     size: int | None = None,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     batch_norm: str = DEFAULT_BATCH_NORM,
     step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -250,7 +250,7 @@ def compile_model(
     spec, mod = frontend.load_and_fuse(
         model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    layers = decompose.decompose(mod, batch_size=batch_size)
+    layers = decompose.decompose(mod, batch_size=spec.batch_size)
     say(f"applying history's schedules to {len(layers)} layers")
     history_key = history_target_key(store, target)
     mod, applied = apply_history(mod, layers, target, store, target_key=history_key)
@@ -280,7 +280,7 @@ def compile_model(
         "device_code": kernels,
     }
     if spec.source.startswith("zoo:"):
-        metadata["zoo"] = {"name": spec.name, "size": size, "batch_size": batch_size}
+        metadata["zoo"] = {"name": spec.name, "size": size, "batch_size": spec.batch_size}
     path = export(executable, out, metadata, fpack_imports=fpack_imports, cc=linker)
     return {
         "out": str(path),

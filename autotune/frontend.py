@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError, first_line
+from autotune.errors import AutotuneError, OptionError, first_line
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 9: "bool", 16: "bfloat16"}
 
@@ -48,6 +48,14 @@ class ModelSpec:
             | ({"index_limit": self.index_limits[k]} if k in self.index_limits else {})
             for k, v in self.input_shapes.items()
         }
+
+    @property
+    def batch_size(self) -> int:
+        """The batch the model runs: its first input's leading dimension (rank 2 or more;
+        a rank-1 input is one sample). Layers drop it from their batch-invariant key, so a
+        file exported at batch 8 matches history tuned at batch 1, as a zoo model does."""
+        first = next(iter(self.input_shapes.values()), ())
+        return int(first[0]) if len(first) >= 2 else 1
 
     @property
     def digest(self) -> str:
@@ -84,12 +92,16 @@ def load_model(
     model: str,
     *,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     size: int | None = None,
     seed: int = 0,
     fold_batch_norm: bool = False,
 ) -> ModelSpec:
     """Load a zoo model by name or an ONNX file by path, and pin its input shapes.
+
+    ``size`` and ``batch_size`` build a zoo model (batch 1 unless given); a file has its
+    own shapes, so they are refused there rather than silently not applied
+    (``input_shapes`` changes a file's).
 
     ``fold_batch_norm`` folds each inference batch norm that follows a convolution into
     that convolution's weights and bias (:mod:`autotune.batch_norm`), so the normalization
@@ -100,11 +112,16 @@ def load_model(
     from autotune import zoo
 
     path = Path(model).expanduser()
-    zoo_names = {e.name for e in zoo.list_models()}
-    if model in zoo_names and not path.exists():
-        proto = zoo.build_model(model, batch_size=batch_size, size=size, seed=seed)
+    if is_zoo_name(model):
+        proto = zoo.build_model(model, batch_size=1 if batch_size is None else batch_size, size=size, seed=seed)
         name, source = model, f"zoo:{model}"
     else:
+        given = [flag for flag, value in (("size", size), ("batch_size", batch_size)) if value is not None]
+        if given and path.is_file():
+            raise OptionError(
+                f"{{{given[0]}}} is for zoo models; {model} is an ONNX file with its own input shapes "
+                "(change them with {input_shapes})", given[0], "input_shapes",
+            )
         if not path.exists():
             hint = "" if model.endswith(".onnx") else f" (and no zoo model named {model!r}; see 'autotune zoo list')"
             raise AutotuneError(f"model file not found: {model}{hint}")
@@ -124,6 +141,15 @@ def load_model(
             raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
         name, source = path.stem, str(path.resolve())
     return _pin_shapes(proto, name, source, input_shapes or {}, fold_batch_norm=fold_batch_norm)
+
+
+def is_zoo_name(model: str) -> bool:
+    """Whether ``model`` names a bundled model. A bare zoo name is the zoo's, even with a
+    file or folder of that name here (a folder named so by ``--out-dir resnet18`` made
+    the next ``tune resnet18`` fail): such a file is loaded as ``./resnet18``."""
+    from autotune import zoo
+
+    return model in {e.name for e in zoo.list_models()}
 
 
 def _unreadable_external_data(path: Path) -> str | None:

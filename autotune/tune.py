@@ -122,7 +122,7 @@ class LoadedModel:
 
 
 def load_layers(
-    model: str, *, input_shapes=None, size: int | None = None, batch_size: int = 1, batch_norm: str = DEFAULT_BATCH_NORM
+    model: str, *, input_shapes=None, size: int | None = None, batch_size: int | None = None, batch_norm: str = DEFAULT_BATCH_NORM
 ) -> LoadedModel:
     """Read ``model`` (a zoo name or an ONNX path), fuse it and cut it into layers."""
     from autotune import decompose, frontend
@@ -130,7 +130,7 @@ def load_layers(
     spec, mod = frontend.load_and_fuse(
         model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=batch_size), batch_norm)
+    return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=spec.batch_size), batch_norm)
 
 
 class TuneSession:
@@ -195,7 +195,7 @@ class TuneSession:
         self._interrupts = interrupt_mark()
         if not isinstance(model, LoadedModel):
             model = load_layers(
-                model, input_shapes=input_shapes, size=size, batch_size=1 if batch_size is None else batch_size,
+                model, input_shapes=input_shapes, size=size, batch_size=batch_size,
                 batch_norm=opts.batch_norm,
             )
         spec, mod, layers = model.spec, model.mod, model.layers

@@ -142,7 +142,7 @@ def main() -> int:
     parser.add_argument("--model", default="resnet18", help="a zoo name or the ONNX file that was tuned")
     parser.add_argument("--torchvision", help="torchvision model for the whole-model comparison "
                         "(default: the zoo model's counterpart, none for a file)")
-    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--size", type=int, help="a zoo model's image side (default its own, 224); a file has its own")
     parser.add_argument("--history", help="history database that 'autotune tune' filled on this GPU")
     parser.add_argument("--batch-norm", default=DEFAULT_BATCH_NORM, choices=BATCH_NORM_LAYERINGS,
                         help="the layering that tune used (its --batch-norm): it decides the layers' keys")
@@ -179,7 +179,8 @@ def main() -> int:
 
     target = resolve_target(args.target)
     store = open_history(args.history, readonly=True)
-    _, mod = frontend.load_and_fuse(args.model, size=args.size, batch_norm=args.batch_norm)
+    spec, mod = frontend.load_and_fuse(args.model, size=args.size, batch_norm=args.batch_norm)
+    size = next(iter(spec.input_shapes.values()))[-1]  # the side torchvision's peer runs at
     layers = decompose.decompose(mod)
     dtype = model_dtype(layers)
     rows = []
@@ -210,13 +211,13 @@ def main() -> int:
     result = {
         "benchmark": f"tuned layers vs cuDNN/cuBLAS (PyTorch), {dtype}", "dtype": dtype,
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-        "tf32": args.tf32, "fp16_reduced_precision_reduction": False, "model": args.model, "size": args.size, "target": target.key,
+        "tf32": args.tf32, "fp16_reduced_precision_reduction": False, "model": args.model, "size": size, "target": target.key,
         "layers": rows,
         "summary": summarize(rows),
     }
     ctor = args.torchvision or TORCHVISION.get(args.model)
     if ctor:
-        torch_model_s = model_latency_torch(ctor, args.size, dtype)
+        torch_model_s = model_latency_torch(ctor, size, dtype)
         result["whole_model"] = {"torchvision": ctor, "torch_eager_ms": torch_model_s * 1e3, "ours_ms": args.ours_model_ms}
     emit(result, args.out)
     return 0

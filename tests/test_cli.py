@@ -164,6 +164,17 @@ def test_input_shape_for_unknown_input(capsys, dyn_model):
     _user_error(capsys, ["layers", dyn_model, "--input-shape", "y=3x8"], contains=("unknown input",))
 
 
+@pytest.mark.parametrize("command", ["layers", "tune", "compile"])
+@pytest.mark.parametrize("flag", ["--size", "--batch-size"])
+def test_a_zoo_models_size_flag_given_with_a_file_is_refused(capsys, tmp_path, dyn_model, command, flag):
+    """They were ignored: a file tuned at its own shapes while the user asked for others."""
+    argv = [command, dyn_model, "--input-shape", "x=3x8", flag, "4"]
+    argv += {"tune": ["--target", "llvm", "--history", str(tmp_path / "h.db"), "--no-mlflow"],
+             "compile": ["--target", "llvm", "-o", str(tmp_path / "m.so")]}.get(command, [])
+    line = _user_error(capsys, argv, contains=(f"{flag} is for zoo models", "(change them with --input-shape)"))
+    assert dyn_model in line and not (tmp_path / "h.db").exists() and not (tmp_path / "m.so").exists()
+
+
 def _tune(*extra):
     return ["tune", "resnet18", "--size", "32", "--no-mlflow", "--quiet", "--history", "tune.db", *extra]
 

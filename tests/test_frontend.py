@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, OptionError
 from autotune.frontend import ModelSpec, load_model, parse_input_shapes, to_relax
 
 OPSET = 17
@@ -126,12 +126,44 @@ def test_load_model_by_path(tmp_path):
     assert spec.output_names == ["y"]
 
 
-def test_file_named_like_a_zoo_model_is_loaded_as_a_file(tmp_path, monkeypatch):
+def test_a_bare_zoo_name_is_the_zoo_model_and_a_path_the_file(tmp_path, monkeypatch):
+    """`--out-dir resnet18` leaves a folder named resnet18, and the next `tune resnet18`
+    said 'model path is a directory'; a file of that name is reached by its path."""
     monkeypatch.chdir(tmp_path)
-    _dynamic_mlp(tmp_path / "resnet18")
-    spec = load_model("resnet18", input_shapes={"x": (1, 8)})
-    assert spec.source == str((tmp_path / "resnet18").resolve())
+    (tmp_path / "resnet18").mkdir()
+    assert load_model("resnet18", size=32).source == "zoo:resnet18"
+    _dynamic_mlp(tmp_path / "mobilenetv2")
+    assert load_model("mobilenetv2", size=32).source == "zoo:mobilenetv2"
+    spec = load_model("./mobilenetv2", input_shapes={"x": (1, 8)})
+    assert spec.source == str((tmp_path / "mobilenetv2").resolve())
     assert spec.input_shapes == {"x": (1, 8)}
+
+
+@pytest.mark.parametrize("keyword", ["size", "batch_size"])
+def test_a_zoo_models_size_or_batch_for_a_file_is_refused_not_ignored(tmp_path, keyword):
+    path = _dynamic_mlp(tmp_path / "mlp.onnx")
+    with pytest.raises(OptionError) as exc:
+        load_model(path, input_shapes={"x": (1, 8)}, **{keyword: 2})
+    assert exc.value.spelled(lambda name: "--" + name) == (
+        f"--{keyword} is for zoo models; {path} is an ONNX file with its own input shapes (change them with --input_shapes)"
+    )
+
+
+def test_a_files_batch_is_its_first_inputs_leading_dimension(tmp_path):
+    """Layers drop the batch from their batch-invariant key by it: before, a file was
+    decomposed as batch 1 whatever its inputs, so a batch-4 export of a model matched
+    none of its own batch-1 history by that key."""
+    from autotune import zoo
+    from autotune.tune import load_layers
+
+    path = tmp_path / "dqn_b4.onnx"
+    zoo.export_model("dqn", str(path), batch_size=4)
+    from_file = load_layers(str(path))
+    assert from_file.spec.batch_size == 4
+    at_batch_1 = load_layers("dqn")
+    assert [l.batch_invariant_key for l in from_file.layers] == [l.batch_invariant_key for l in at_batch_1.layers]
+    assert not {l.workload_key for l in from_file.layers} & {l.workload_key for l in at_batch_1.layers}
+    assert load_model(_dynamic_mlp(tmp_path / "mlp.onnx"), input_shapes={"x": (3, 8)}).batch_size == 3
 
 
 def test_missing_file(tmp_path):
