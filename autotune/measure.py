@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from autotune import build_worker
+from autotune.errors import interrupts_held, threads_started_deaf_to_ctrl_c
 from autotune.target import TargetSpec
 
 #: The build pool is recycled (PopenPool leaks slowly) once it has built this many
@@ -130,6 +131,7 @@ class WarmBuilder:
         # (49 empty folders had piled up under /tmp here from builders never closed)
         self._remove_exports = weakref.finalize(self, shutil.rmtree, self.export_dir, True)
         self._pool = None
+        self._warming: list[Any] = []  # the current pool's first tasks (prewarm)
         self._uses = 0
         #: Seconds summed over batches: ``busy``, every build inside its worker, of which
         #: ``device_compile`` in TVM's CUDA compile callback (NVRTC); ``slowest``, each
@@ -141,17 +143,26 @@ class WarmBuilder:
         #: (:func:`autotune.build_worker.wrap_device_compiles`).
         self.device_compiles_reused = 0
 
-    def _executor(self):
+    def _executor(self, target=None):
         from tvm.support.popen_pool import PopenPoolExecutor
 
         if self._pool is None or self._uses >= _BUILDS_PER_WORKER * self.max_workers:
             if self._pool is not None:
-                self._pool.shutdown()
+                _shut_down(self._pool)
                 self._drop_header_files()
             self._pool = PopenPoolExecutor(
                 max_workers=self.max_workers, timeout=self.timeout_sec, initializer=build_worker.warm
             )
             self._uses = 0
+            # every thread the pool will have, started now, deaf to a terminal's Ctrl-C,
+            # and with them the workers (the pool starts a thread per task while it has
+            # fewer than max_workers, and a worker in the thread's first task)
+            with threads_started_deaf_to_ctrl_c():
+                self._warming = [
+                    self._pool.submit(build_worker.prewarm, target, self.export_dir) if target is not None
+                    else self._pool.submit(build_worker.warm)
+                    for _ in range(self.max_workers)
+                ]
         return self._pool
 
     def prewarm(self, target) -> list[Any]:
@@ -160,8 +171,8 @@ class WarmBuilder:
         Whatever the caller does before its first build (reading history, making spaces
         and tuners) then overlaps the workers' start; a build sent meanwhile waits its
         turn. These tasks do not count toward the pool's recycling."""
-        pool = self._executor()
-        return [pool.submit(build_worker.prewarm, target, self.export_dir) for _ in range(self.max_workers)]
+        self._executor(target)
+        return self._warming
 
     def build(self, build_inputs: Sequence[Any]) -> list[Any]:
         """meta-schedule's ``BuilderResult`` per input, in order."""
@@ -205,7 +216,7 @@ class WarmBuilder:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            _shut_down(self._pool)
             self._pool = None
         self._remove_exports()
 
@@ -232,7 +243,13 @@ class Measurer:
             enable_cpu_cache_flush=False,
         )
         self._ms = ms
-        self.runner = self._make_runner()
+        try:  # the local runner waits for its worker's start: a Ctrl-C often lands here
+            self.runner = self._make_runner()
+        except BaseException:
+            # no one else holds the builder to close it: its pool, collected later in a
+            # thread of its own, printed "cannot join current thread" twice under the line
+            self.builder.close()
+            raise
         self._runner_uses = 0
         self.runner_generation = 0  # how many times the local runner's worker was replaced
         #: Wall seconds spent building and timing, cumulative: where measurement time goes.
@@ -258,7 +275,7 @@ class Measurer:
             # hangs (or whose tracker never hands one out) would be waited on forever, its
             # "killed after session_timeout_sec" message notwithstanding. Same pool, bounded:
             # the server ends a session at run_timeout; the rest is request and upload.
-            runner.pool.shutdown()
+            _shut_down(runner.pool)
             runner.pool = PopenPoolExecutor(max_workers=1, timeout=2 * opts.run_timeout + _RPC_GRACE_S)
             return runner
         return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=self._evaluator)
@@ -321,7 +338,11 @@ class Measurer:
         if run_inputs:
             runner = self._current_runner()
             self._runner_uses += len(run_inputs)
-            futures = runner.run(run_inputs)
+            if self.options.rpc:  # its run only sends (LocalRunner's waits, its worker's stderr is null)
+                with threads_started_deaf_to_ctrl_c():
+                    futures = runner.run(run_inputs)
+            else:
+                futures = runner.run(run_inputs)
             for slot, fut, rin, program in zip(run_slots, futures, run_inputs, run_programs):
                 result = fut.result()
                 if result.error_msg:
@@ -370,13 +391,22 @@ class Measurer:
         self._failed_batches = 0  # it answers: the candidates themselves failed
 
     def close(self) -> None:
-        self.builder.close()
-        self._shutdown_runner()
+        try:
+            self.builder.close()
+        finally:  # a Ctrl-C held through the builder's shutdown is raised as it ends
+            self._shutdown_runner()
 
     def _shutdown_runner(self) -> None:
         pool = getattr(self.runner, "pool", None)
         if pool is not None:
-            pool.shutdown()
+            _shut_down(pool)
+
+
+def _shut_down(pool) -> None:
+    """TVM's pool shutdown, whole: stopped halfway by Ctrl-C, it left its lock taken, and
+    the pool's destructor waited on it at exit (:func:`autotune.errors.interrupts_held`)."""
+    with interrupts_held():
+        pool.shutdown()
 
 
 def _twin_of(m: Measurement) -> Measurement:

@@ -695,6 +695,36 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env):
         assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
 
 
+def test_a_terminals_ctrl_c_while_the_build_workers_start_prints_one_line(env):
+    """A terminal sends Ctrl-C to its whole process group, build workers included: pressed
+    while they imported TVM, each printed a KeyboardInterrupt traceback under tune's line,
+    and the pools left behind printed 'cannot join current thread' twice."""
+    import signal
+    import time
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "tune", "resnet18", "--size", "32", "--trials", "8", "--target", "llvm",
+         "--history", str(env / "h.db"), "--no-mlflow", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        start_new_session=True,  # its own process group, as a terminal's foreground job has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 120
+    workers: list = []
+    while not workers and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        workers = [c for c in psutil.Process(proc.pid).children() if "popen_worker" in " ".join(c.cmdline())]
+    assert workers, proc.communicate()
+    time.sleep(0.3)  # into their imports of TVM (a second or more here)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["autotune: interrupted; measurements so far are kept in history"], err
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+
+
 _INTERRUPT_INSIDE_TVM = """
 import importlib
 import os

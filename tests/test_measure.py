@@ -121,6 +121,39 @@ def test_a_builder_never_closed_leaves_no_folder_behind() -> None:
     assert not os.path.exists(closed.export_dir)
 
 
+def test_a_ctrl_c_while_a_pool_shuts_down_is_raised_after_it_is_down() -> None:
+    """TVM's pool shutdown holds its lock while it kills its workers; a KeyboardInterrupt
+    there left the lock taken and the pool not shut down, and its destructor waited on
+    that lock for good at exit (a tune interrupted while it closed hung). Here the press
+    lands inside, from the pool's own kill of its worker."""
+    import os
+    import signal
+
+    from tvm.support import popen_pool
+
+    from autotune import errors
+
+    pool = popen_pool.PopenPoolExecutor(max_workers=1)
+    assert pool.submit(os.getpid).result() != os.getpid()  # a worker to kill
+    (worker,) = pool._worker_map.values()
+    kill = worker.kill
+
+    def kill_and_press() -> None:
+        worker.kill = kill  # once
+        os.kill(os.getpid(), signal.SIGINT)  # Python raises it at the next bytecode
+        kill()
+
+    worker.kill = kill_and_press
+    presses = errors.interrupt_mark()
+    errors.keep_interrupts_through_tvm()
+    with pytest.raises(KeyboardInterrupt):
+        measure._shut_down(pool)
+    free = pool._lock.acquire(blocking=False)
+    pool._lock.release()  # taken either way now: the pool's destructor must not wait on it
+    assert free and pool._shutdown
+    assert errors.interrupt_mark() == presses + 1  # counted as any press is
+
+
 def test_the_build_pool_is_recycled_by_builds_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pool of more workers builds proportionally more before it is restarted (at 200
     for the pool, the H100's 16 workers restarted every 12 builds each)."""
