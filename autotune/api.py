@@ -85,7 +85,7 @@ def tune(
     from autotune.report import run_dir
     from autotune.tracking import Tracker, finish_with_report
     from autotune.tune import TuneSession, ensure_measurable, load_layers
-    from history import open_history
+    from autotune.history import open_history
 
     opts = tune_options(**options)
     check_choice(progress, "progress", ("quiet", "rich", "json"))
@@ -157,7 +157,7 @@ def compile(
     read; a default history file that does not exist yet means none. ``step`` is called
     with a line of text as each stage starts."""
     from autotune.compile import compile_model
-    from history import open_history
+    from autotune.history import open_history
 
     check_choice(batch_norm, "batch_norm", BATCH_NORM_LAYERINGS)
     shapes = _input_shapes(input_shapes)
@@ -348,7 +348,7 @@ def _check_model_size(size: int | None, batch_size: int | None) -> None:
 
 def _history_exists(location: str | None) -> bool:
     """compile reads history if there is one; a missing default file means 'no history'."""
-    from history.location import resolve_location, sqlite_file
+    from autotune.history.location import resolve_location, sqlite_file
 
     path = sqlite_file(resolve_location(location))
     return path is None or path.exists() or location is not None

@@ -214,7 +214,7 @@ def _lasting_history(location: str | None, command: str) -> None:
     """Refuse a history that ends with the command (an in-memory SQLite URL): a whole
     tune ran and exited 0 with every measurement thrown away."""
     from autotune.errors import AutotuneError
-    from history.location import in_memory, resolve_location
+    from autotune.history.location import in_memory, resolve_location
 
     if in_memory(resolve_location(location)):
         raise AutotuneError(f"--history {location}: an in-memory database ends with the command, and all that "
@@ -371,7 +371,7 @@ def cmd_zoo_export(args) -> int:
 
 def cmd_history_ls(args) -> int:
     from autotune.progress import format_latency
-    from history import open_history
+    from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
         rows = store.summary()
@@ -394,7 +394,7 @@ def cmd_history_ls(args) -> int:
 def cmd_history_runs(args) -> int:
     from autotune.layering_hint import run_layering
     from autotune.tune import stale_run
-    from history import open_history
+    from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
         runs = store.runs()
@@ -444,7 +444,7 @@ def _record_dict(rec) -> dict[str, Any]:
 
 def cmd_history_show(args) -> int:
     from autotune.progress import format_latency
-    from history import open_history
+    from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
         key = _resolve_key(store, args.key)
@@ -466,7 +466,7 @@ def cmd_history_show(args) -> int:
 def cmd_history_best(args) -> int:
     from autotune.errors import AutotuneError
     from autotune.progress import format_latency
-    from history import open_history
+    from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
         key = _resolve_key(store, args.key)
@@ -483,7 +483,7 @@ def cmd_history_best(args) -> int:
 
 
 def cmd_history_export(args) -> int:
-    from history import export_json, open_history
+    from autotune.history import export_json, open_history
 
     path = args.out or args.file
     with open_history(args.history, create=False, readonly=True) as store:
@@ -495,8 +495,8 @@ def cmd_history_export(args) -> int:
 
 def cmd_history_import(args) -> int:
     from autotune.errors import AutotuneError
-    from history import import_json, open_history
-    from history.io import read_export
+    from autotune.history import import_json, open_history
+    from autotune.history.io import read_export
 
     _lasting_history(args.history, "import")
     name = "standard input" if args.file == "-" else args.file
@@ -520,7 +520,7 @@ def cmd_history_import(args) -> int:
 
 def cmd_history_rm(args) -> int:
     from autotune.tune import close_stale_runs
-    from history import open_history
+    from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=args.dry_run) as store:
         if not args.dry_run:
@@ -600,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         user_errors: tuple[type[BaseException], ...] = (AutotuneError,)
         try:
-            from history import HistoryError
+            from autotune.history import HistoryError
 
             user_errors += (HistoryError,)
         except ImportError:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.target import TargetSpec, other_architecture
-from history.models import BASELINE_SPACE_PREFIX
+from autotune.history.models import BASELINE_SPACE_PREFIX
 
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
 
@@ -60,8 +60,8 @@ def history_target_key(store, target: TargetSpec) -> str:
 def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None = None, target_key: str | None = None):
     """Replace each layer's PrimFunc with its best history schedule, where there is one
     (records of ``target_key``, by default the target's own)."""
-    from templates import InvalidConfig
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates import InvalidConfig
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     spaces = spaces if spaces is not None else {}
     applied = Applied()

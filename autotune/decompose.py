@@ -113,7 +113,7 @@ class Layer:
 
     def workload_info(self):
         """This layer as history's workload row."""
-        from history import WorkloadInfo
+        from autotune.history import WorkloadInfo
 
         return WorkloadInfo(
             self.workload_key, self.batch_invariant_key, self.op_class, self.descriptor(), self.flops, tuple(self.features())

@@ -20,7 +20,7 @@ def choose(score: float, exact: bool, *, override: str = "auto", high: float = H
 
     Tuners that are not registered (yet) fall back to random search, so dispatch never
     fails on a partial install."""
-    from search import TUNERS
+    from autotune.search import TUNERS
 
     if exact:
         return Decision("reuse", "exact")

@@ -26,7 +26,7 @@ def environment(history: str | None = None, *, mlflow_uri: str | None = None) ->
     from autotune.nvrtc_headers import enable_header_cache, nvrtc_version
     from autotune.target import gpu_present, resolve_target
     from autotune.tracking import resolve_tracking_uri
-    from history.location import autotune_home
+    from autotune.history.location import autotune_home
 
     auto = resolve_target("auto")
     nvrtc = nvrtc_version()
@@ -104,8 +104,8 @@ def _nvcc() -> str | None:
 
 def _history(location: str | None) -> dict[str, Any]:
     """Where history is and, if it exists, how much it holds; never creates it."""
-    from history import HistoryError, mask_url, open_history, resolve_location
-    from history.location import sqlite_file
+    from autotune.history import HistoryError, mask_url, open_history, resolve_location
+    from autotune.history.location import sqlite_file
 
     url = resolve_location(location)
     out: dict[str, Any] = {"url": mask_url(url)}

@@ -32,7 +32,7 @@ REPORT_ELSEWHERE = "report_dir.txt"
 
 def run_dir(run_id: str) -> Path:
     """Where ``tune`` writes a run's report unless told otherwise, and where ``report`` looks first."""
-    from history.location import autotune_home
+    from autotune.history.location import autotune_home
 
     return Path(autotune_home()) / "runs" / run_id
 

@@ -114,7 +114,7 @@ def lookup_gpu(device_name: str | None) -> Peaks | None:
 
 
 def autotune_home() -> Path:
-    from history.location import autotune_home as home
+    from autotune.history.location import autotune_home as home
 
     return Path(home())
 

@@ -42,7 +42,7 @@ class TargetSpec:
         return f"{self.kind}:{self.arch}:{self.device_name}"
 
     def history_info(self):
-        from history import TargetInfo
+        from autotune.history import TargetInfo
         import tvm
 
         driver = runtime = ""
@@ -173,7 +173,7 @@ def float_lanes(kind: str, arch: str) -> int | None:
     """How many float32 values one vector register of an LLVM CPU holds (None: not a CPU
     target, or a CPU name this LLVM does not know). History names a CPU target's arch by
     its ``mcpu``, so the lanes of a CPU a record was measured on are known from its key
-    alone (see :mod:`templates.vector_width`)."""
+    alone (see :mod:`autotune.templates.vector_width`)."""
     if kind != "llvm" or not arch:
         return None
     import tvm

@@ -40,7 +40,7 @@ _BATCH_MAX = 1000  # MLflow's limit on metrics per log_batch
 
 
 def _home() -> Path:
-    from history.location import autotune_home
+    from autotune.history.location import autotune_home
 
     return Path(autotune_home())
 

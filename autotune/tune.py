@@ -58,7 +58,7 @@ class TuneOptions:
     def __post_init__(self) -> None:
         """Refuse a bad value here, where the Python API and the CLI both pass, before
         anything is written: ``trials=0`` or ``high=2`` ran a whole tune before."""
-        from search import TUNERS
+        from autotune.search import TUNERS
 
         for name in ("trials", "batch"):
             check_count(getattr(self, name), name)
@@ -404,7 +404,7 @@ class TuneSession:
 
     def _match(self, layer, space, *, summary=None, exclude=()):
         from autotune import dispatch
-        from history.match import match
+        from autotune.history.match import match
 
         opts = self.options
         m = match(
@@ -450,8 +450,8 @@ class TuneSession:
     def _layer_tuner(self, layer, space, m, decision, out: dict[str, Any]):
         """The tuner ``decision`` names, with the priors of match ``m``, told every config of
         the layer measured so far (by earlier runs, or this one): none is measured again."""
-        from search import make_tuner
-        from search.tuner import TrialResult, is_shallow, source_depth
+        from autotune.search import make_tuner
+        from autotune.search.tuner import TrialResult, is_shallow, source_depth
 
         priors = priors_from_match(self.store, m, space=space, lanes=float_lanes(self.target.kind, self.target.arch))
         depth = source_depth(priors)
@@ -587,7 +587,7 @@ class TuneSession:
     def _learn_importance(self, layer, tuner, decay: float = 0.7) -> None:
         import json
 
-        from search.similarity import importance_weights
+        from autotune.search.similarity import importance_weights
 
         raw = getattr(tuner, "importance", None)  # model-based tuners only
         if raw is None:
@@ -601,7 +601,7 @@ class TuneSession:
         self.store.set_meta(self._importance_key(layer.op_class), json.dumps([float(w) / total for w in fresh]))
 
     def _exact_hit(self, layer) -> bool:
-        from history.match import exact_hit
+        from autotune.history.match import exact_hit
 
         space = self._space(layer)
         return exact_hit(self.store, layer.workload_key, self.target.key, space_id=space.space_id, min_trials=self._tuned_at(space)) is not None
@@ -612,7 +612,7 @@ class TuneSession:
         return max(1, min(self.options.min_trials, space.size))
 
     def _space(self, layer):
-        from templates.meta_schedule_space import MetaScheduleSpace
+        from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
         space = self.spaces.get(layer.workload_key)
         if space is None:
@@ -643,9 +643,9 @@ class TuneSession:
 
     def _measure(self, layer, space, configs, tuner_name: str):
         """Apply, build and time a batch; every outcome is written to history at once."""
-        from search.tuner import TrialResult
-        from templates import InvalidConfig
-        from templates.apply_many import apply_many
+        from autotune.search.tuner import TrialResult
+        from autotune.templates import InvalidConfig
+        from autotune.templates.apply_many import apply_many
 
         mods, slots, results = [], [], [None] * len(configs)
         for i, (cfg, applied) in enumerate(zip(configs, apply_many([(space, cfg) for cfg in configs]))):
@@ -749,13 +749,13 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
     other hardware is its own group (its key names the target too), and its records
     carry the match's weight for other hardware. Given the tuned layer's ``space`` and
     the tuned CPU's float ``lanes``, a record from a CPU of another vector width is
-    restated for this one (:mod:`templates.vector_width`). TVM's default schedule, which
+    restated for this one (:mod:`autotune.templates.vector_width`). TVM's default schedule, which
     ``tune`` times and keeps with an empty config, is left out: it has no knob values,
     and as the fastest record of a shortly searched layer it would set the yardstick
     that layer's configs are normalized by."""
-    from history import split_target_key
-    from search.tuner import PriorRecord
-    from templates.vector_width import restate_vector_width, vector_axis_knobs
+    from autotune.history import split_target_key
+    from autotune.search.tuner import PriorRecord
+    from autotune.templates.vector_width import restate_vector_width, vector_axis_knobs
 
     vector_knobs = vector_axis_knobs(space.knobs) if space is not None and lanes else []
     priors = []

@@ -50,7 +50,7 @@ def folded_with_twins_schedules(model: str, size: int, target, store, separate_l
     is in ``store``."""
     from autotune import compile as compiler
     from autotune import decompose, frontend
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     _, mod = frontend.load_and_fuse(model, size=size, batch_norm=batch_norm)
     layers = decompose.decompose(mod)
@@ -90,7 +90,7 @@ def tune_into(store, model: str, size: int, trials: int, seed: int, target, batc
 def one_seed(model: str, size: int, trials: int, seed: int, target, layerings_compared: list[str]) -> dict:
     from autotune import compile as compiler
     from autotune import frontend
-    from history import open_history
+    from autotune.history import open_history
 
     with tempfile.TemporaryDirectory(prefix="autotune-bnfold-") as tmp:
         store = open_history(os.path.join(tmp, "history.db"))
@@ -120,7 +120,7 @@ def one_seed_tuned(model: str, size: int, trials: int, seed: int, target, layeri
     history: what a user gets from ``autotune tune --batch-norm X``."""
     from autotune import compile as compiler
     from autotune import frontend
-    from history import open_history
+    from autotune.history import open_history
 
     mods, layerings, tune_s, spec = {}, {}, {}, None
     with tempfile.TemporaryDirectory(prefix="autotune-bnfold-") as tmp:

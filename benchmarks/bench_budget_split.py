@@ -64,7 +64,7 @@ def one_seed(model: str, size: int, trials: int, seed: int, target, splits: list
     from autotune import compile as compiler
     from autotune import frontend
     from autotune.tune import TuneOptions, TuneSession
-    from history import open_history
+    from autotune.history import open_history
 
     order = splits if seed % 2 == 0 else splits[::-1]
     mods, row, spec = {}, {"model": model, "seed": seed, "order": list(order)}, None

@@ -67,7 +67,7 @@ def tvm_features(space, configs, target):
 
 
 def our_features(space, configs, layer):
-    from search.features import batch_config_features
+    from autotune.search.features import batch_config_features
 
     t0 = time.perf_counter()
     x = np.asarray(batch_config_features(space, configs, layer.features()))
@@ -75,7 +75,7 @@ def our_features(space, configs, layer):
 
 
 def evaluate(x, latency, folds: int, seed: int) -> dict:
-    from search.cost_model import CostModel
+    from autotune.search.cost_model import CostModel
 
     thr = latency.min() / latency
     rng = np.random.default_rng(seed)
@@ -95,8 +95,8 @@ def evaluate(x, latency, folds: int, seed: int) -> dict:
 
 def measured_at_random(layer, space, measurer, n: int) -> tuple[list, np.ndarray]:
     """``n`` random configs of the layer, measured here (those that build and run)."""
-    from search import make_tuner
-    from templates import InvalidConfig
+    from autotune.search import make_tuner
+    from autotune.templates import InvalidConfig
 
     configs, mods = [], []
     for cfg in make_tuner("random", space, seed=7).ask(n):

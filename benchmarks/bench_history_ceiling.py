@@ -55,9 +55,9 @@ def main() -> int:
         raise SystemExit(f"--history-db: no history at {args.history_db}")
 
     from autotune.target import resolve_target
-    from history import open_history
-    from search import make_tuner
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.history import open_history
+    from autotune.search import make_tuner
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     t0 = time.perf_counter()
     target = resolve_target(args.target)

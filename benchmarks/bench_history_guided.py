@@ -115,9 +115,9 @@ def main() -> int:
         return 0
 
     from autotune.target import resolve_target
-    from history import open_history, split_target_key
-    from search.tuner import source_depth
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.history import open_history, split_target_key
+    from autotune.search.tuner import source_depth
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     t_start = time.perf_counter()
     space_options = {"estimate_shared": False} if args.no_shared_memory_estimate else {}

@@ -40,8 +40,8 @@ def cuda_sources(layer_spec: str, size: int, configs: int, target, seed: int) ->
 
     from autotune.device_code import generated_cuda_source
     from history_guided.layers import layer_at
-    from templates.meta_schedule_space import MetaScheduleSpace
-    from templates.space import InvalidConfig
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates.space import InvalidConfig
 
     space = MetaScheduleSpace(layer_at(layer_spec, size).func, target, name=layer_spec)
     rng = np.random.default_rng(seed)

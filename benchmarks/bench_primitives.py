@@ -122,7 +122,7 @@ def bench_one(p: Primitive, *, trials: int, target: str, repeat: int, work: Path
 
     from autotune import api
     from autotune.run import onnx_reference, time_calls
-    from history import open_history
+    from autotune.history import open_history
 
     model, weights = onnx_model(p)
     path = work / f"{p.name}.onnx"

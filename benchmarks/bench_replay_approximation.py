@@ -5,7 +5,7 @@ with an approximation: the nearest measured config's latency, or a surrogate mod
 (``--approximate``). A tuner variant screened that way is only as good as those answers,
 and what decides a trials-to-target ratio is whether a config is called fast: a false
 find ends a search early that the device would not have ended. So each layer's measured
-configs are split five ways; each fifth is answered by a :class:`search.replay.ReplayBench`
+configs are split five ways; each fifth is answered by a :class:`autotune.search.replay.ReplayBench`
 built on the other four, as a replay would answer it, and compared with what was
 measured: rank correlation, median relative error (all configs, and the fastest 5%),
 false finds (answered within 5% of the best measured, measured slower) and true finds
@@ -47,7 +47,7 @@ WITHIN = 0.05
 
 def held_out_answers(space, measured: list[tuple[dict, float]], method: str, seed: int) -> np.ndarray:
     """Each measured config's answer from a replay built without its fifth."""
-    from search.replay import ReplayBench
+    from autotune.search.replay import ReplayBench
 
     folds = np.random.default_rng(seed).permutation(len(measured)) % FOLDS
     answers = np.zeros(len(measured))

@@ -53,9 +53,9 @@ def rank_quality(priors, space, layer, configs, latencies, seed: int = 0) -> dic
     import numpy as np
     from scipy.stats import spearmanr
 
-    from search.features import encoder_for
-    from search.tuner import prior_groups
-    from search.warm_start import HistoryRanker
+    from autotune.search.features import encoder_for
+    from autotune.search.tuner import prior_groups
+    from autotune.search.warm_start import HistoryRanker
 
     groups, _, perf = prior_groups(priors)
     similarity = np.array([p.similarity * p.target_weight for p in priors])
@@ -95,9 +95,9 @@ def main() -> int:
 
     from autotune.target import float_lanes, resolve_target
     from autotune.tune import priors_from_match
-    from history import open_history
-    from history.match import match
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.history import open_history
+    from autotune.history.match import match
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     for path in (args.history_db, args.measurements):
         if "://" not in path and not os.path.isfile(path):

@@ -95,7 +95,7 @@ def main() -> int:
         if not os.path.exists(path):
             raise SystemExit(f"error: {flag}: no file at {path}")
 
-    from history import open_history
+    from autotune.history import open_history
 
     t0 = time.perf_counter()
     target = recorded_target(args.target, args.device_name)

@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from search import PriorRecord, make_tuner  # noqa: E402
-import search.xgb_tuner  # noqa: E402,F401  (imports xgboost/scipy outside the timings)
-from search.tuner import TrialResult  # noqa: E402
-from templates.space import Knob, KnobSpace  # noqa: E402
+from autotune.search import PriorRecord, make_tuner  # noqa: E402
+import autotune.search.xgb_tuner  # noqa: E402,F401  (imports xgboost/scipy outside the timings)
+from autotune.search.tuner import TrialResult  # noqa: E402
+from autotune.templates.space import Knob, KnobSpace  # noqa: E402
 
 
 def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:

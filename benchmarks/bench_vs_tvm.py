@@ -36,10 +36,10 @@ def matmul_func(n: int):
 
 def run_autotune(func, target_spec, trials: int, batch: int, tuner_name: str, seed: int) -> dict:
     from autotune.measure import Measurer
-    from search import make_tuner
-    from search.tuner import TrialResult
-    from templates import InvalidConfig
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.search import make_tuner
+    from autotune.search.tuner import TrialResult
+    from autotune.templates import InvalidConfig
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     t0 = time.perf_counter()
     space = MetaScheduleSpace(func, target_spec.tvm_target, name="matmul")

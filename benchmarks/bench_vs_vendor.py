@@ -175,7 +175,7 @@ def main() -> int:
     from autotune import decompose, frontend
     from autotune.compile import DEFAULT_SPACE_PREFIX
     from autotune.target import resolve_target
-    from history import open_history
+    from autotune.history import open_history
 
     target = resolve_target(args.target)
     store = open_history(args.history, readonly=True)

@@ -43,7 +43,7 @@ def _spaces(layer, target):
     that leaves the verdict on shared memory to VerifyGPUCode alone."""
     import tvm
 
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     space = MetaScheduleSpace(layer.func, target, name=layer.name)
     unbounded = MetaScheduleSpace(
@@ -57,8 +57,8 @@ def check_file(path: str, specs: list[str], size: int, target) -> dict:
     """Recorded statuses against the estimate, per layer."""
     from history_guided.layers import layer_at
 
-    from templates import config_from_json
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates import config_from_json
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     layers = {spec: layer_at(spec, size) for spec in specs}
     spaces = {l.workload_key: MetaScheduleSpace(l.func, target, name=l.name) for l in layers.values()}

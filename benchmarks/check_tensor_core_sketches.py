@@ -32,8 +32,8 @@ def check_layer(layer, target, arch: str, configs: int, tries: int, fatbin: bool
     import numpy as np
 
     from autotune.device_code import compile_fatbin, generated_cuda_source
-    from templates.meta_schedule_space import MetaScheduleSpace
-    from templates.space import InvalidConfig
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates.space import InvalidConfig
 
     started = time.perf_counter()
     space = MetaScheduleSpace(layer.func, target, name=layer.name)
@@ -77,7 +77,7 @@ def judge_checks(space, n: int, rng) -> dict:
     verdict (VerifyGPUCode last) on ``n`` random ones: a sound check rejects none the
     postprocessors accept. (Random configs from the space itself are drawn to pass its
     checks: the share of them the postprocessors still reject is ``rejected`` above.)"""
-    from templates.space import InvalidConfig
+    from autotune.templates.space import InvalidConfig
 
     tally = {"valid_kept": 0, "valid_rejected": 0, "invalid_caught": 0, "invalid_missed": 0}
     judged = 0

@@ -35,8 +35,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from autotune.target import resolve_target
-    from templates import InvalidConfig, config_from_json
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates import InvalidConfig, config_from_json
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     try:
         with open(args.configs, encoding="utf-8") as fh:

@@ -33,7 +33,7 @@ def random_modules(space, n: int, seed: int) -> list:
     """``n`` scheduled modules of distinct random configs the space accepts."""
     import numpy as np
 
-    from templates import InvalidConfig, config_to_json
+    from autotune.templates import InvalidConfig, config_to_json
 
     rng = np.random.default_rng(seed)
     seen, mods = set(), []
@@ -114,7 +114,7 @@ def main() -> int:
 
     from autotune.target import resolve_target
     from history_guided.layers import layer_at
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     target = resolve_target(args.target)
     layer = layer_at(args.layer, args.size)

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def tune(model: str, size: int, trials: int, seed: int, split: str, db: str, target) -> dict:
     from autotune.tune import TuneOptions, TuneSession
-    from history import open_history
+    from autotune.history import open_history
 
     store = open_history(db)
     session = TuneSession(target, store, TuneOptions(trials=trials, seed=seed, model_latency=False, budget_split=split))

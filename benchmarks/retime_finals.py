@@ -68,7 +68,7 @@ def layer_named(spec: str, size: int):
 def retime(measurer, space, configs: list[str], rounds: int, seed: int) -> dict[str, float | None]:
     """Config (JSON text) -> the median of its ``rounds`` timings (None: it failed every
     time); each round times them all, in a shuffled order."""
-    from templates import InvalidConfig
+    from autotune.templates import InvalidConfig
 
     mods = {}
     for text in configs:

@@ -30,7 +30,7 @@ def traced_fits(log: list[dict]) -> Iterator[None]:
     """While in the block, each transfer-XGBoost fit appends its entry to ``log``."""
     from scipy.stats import spearmanr
 
-    from search.xgb_tuner import TransferXGBTuner, observing_fits
+    from autotune.search.xgb_tuner import TransferXGBTuner, observing_fits
 
     def trace(tuner) -> None:
         if not isinstance(tuner, TransferXGBTuner):

@@ -1,7 +1,7 @@
 """Tuning-history database: every measured config, on every target, kept for reuse.
 
 Public API: :func:`open_history` returns a :class:`HistoryStore`; values in and out are
-the frozen dataclasses of :mod:`history.models`; errors a user should see are
+the frozen dataclasses of :mod:`autotune.history.models`; errors a user should see are
 :class:`HistoryError`. Depends only on the stdlib, SQLAlchemy (Core) and numpy.
 """
 

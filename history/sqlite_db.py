@@ -1,6 +1,6 @@
 """Opening a SQLite history file: checked by hand first, then WAL with a busy timeout.
 
-Kept apart from :mod:`history.store` (the data API) because none of it is about tuning
+Kept apart from :mod:`autotune.history.store` (the data API) because none of it is about tuning
 records: it is what lets several processes share one file, and what makes a bad path fail
 with one clear line that leaves nothing behind (no stray file, no half-made directory).
 """

@@ -4,7 +4,7 @@ SQLAlchemy Core (no ORM) keeps one code path for a SQLite file and a PostgreSQL 
 Each public write is its own committed transaction, so a tuning process killed at any
 moment loses nothing it already recorded; SQLite runs in WAL mode with a busy timeout
 and ``BEGIN IMMEDIATE`` writes so several processes can share one file (how a file is
-checked and opened that way is :mod:`history.sqlite_db`).
+checked and opened that way is :mod:`autotune.history.sqlite_db`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Search strategies behind one ask/tell interface (see :mod:`search.tuner`).
+"""Search strategies behind one ask/tell interface (see :mod:`autotune.search.tuner`).
 
 Registered tuners (all take ``space`` plus keywords ``seed``, ``priors``,
 ``layer_features`` and their own options):
@@ -12,15 +12,15 @@ Registered tuners (all take ``space`` plus keywords ``seed``, ``priors``,
 
 from __future__ import annotations
 
-from search.tuner import PriorRecord, Tuner, TrialResult
+from autotune.search.tuner import PriorRecord, Tuner, TrialResult
 
 __all__ = ["PriorRecord", "Tuner", "TrialResult", "make_tuner", "TUNERS", "USES_PRIORS"]
 
 
 def _registry() -> dict[str, type[Tuner]]:
-    from search.ga_tuner import GATuner, GuidedGATuner
-    from search.random_search import RandomTuner
-    from search.xgb_tuner import TransferXGBTuner, XGBTuner
+    from autotune.search.ga_tuner import GATuner, GuidedGATuner
+    from autotune.search.random_search import RandomTuner
+    from autotune.search.xgb_tuner import TransferXGBTuner, XGBTuner
 
     return {
         cls.name: cls for cls in (RandomTuner, XGBTuner, TransferXGBTuner, GATuner, GuidedGATuner)

@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from templates.space import Config, Knob, KnobSpace
+from autotune.templates.space import Config, Knob, KnobSpace
 
 __all__ = [
     "DERIVED_NAMES",

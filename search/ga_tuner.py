@@ -11,7 +11,7 @@ The guided GA adds history in three places, the first two after the DAC 2020
 history-based tuner:
 
 * the first population is history's best configs mapped onto this space, by turns
-  across source workloads (:func:`search.warm_start.history_seed_order`), a
+  across source workloads (:func:`autotune.search.warm_start.history_seed_order`), a
   ``seed_frac`` of it (all, by default); where history holds fewer distinct configs,
   draws from the elite-gene dictionary and random individuals fill the rest. Seeding
   half (the default until run 22) left ResNet-18's conv2d3 its best history config,
@@ -22,7 +22,7 @@ history-based tuner:
   rarely has: keeping 4 places for dictionary and uniform draws (``seed_frac=0.875``)
   left MobileNetV2's finals higher (p = 0.006, run 23). Random genes still enter
   through mutation. The population is *measured* best first as a ranker trained on the
-  kept priors predicts for this layer (:class:`search.warm_start.HistoryRanker`), each
+  kept priors predicts for this layer (:class:`autotune.search.warm_start.HistoryRanker`), each
   source's best first (``measure_order="hedged"``, the default since run 40; ``"model"``
   the ranker's order alone, ``"turns"`` warm-start order): the same 32 measurements,
   good ones sooner, which matters most when a layer's budget is smaller than one
@@ -56,7 +56,7 @@ cold XGBoost's final latency reached sooner on conv2d7 (trial 60 to 38) and Mobi
 (65.5 to 52). ``screen=1`` measures the children as bred.
 
 Where history is shallow (its sources hold a median under 128 measured configs each,
-:func:`search.tuner.shallow_history`) the guided GA measures its first population,
+:func:`autotune.search.tuner.shallow_history`) the guided GA measures its first population,
 history's configs, and then hands the layer to transfer XGBoost (``handover``: the
 population size by default there, never where history is deep; 0 never), told every
 result, with one-knob moves off the best config (``HANDOVER_LOCAL_SHARE``;
@@ -90,7 +90,7 @@ median, finals no different.
 
 ``rank_sources=True`` also weights each source's share of the dictionary and of the
 immigrants by its chance of ranking the layer's results best
-(:mod:`search.source_weights`), as transfer XGBoost does by default. It is off here
+(:mod:`autotune.search.source_weights`), as transfer XGBoost does by default. It is off here
 because it measured worse (run 10, 100 trials, 5 seeds, six llvm layers): the source
 that ranks a layer's results best is not always the one holding the config that
 transfers. On ResNet-18's conv2d3 all five seeds reached history's 151.2 us config,
@@ -115,14 +115,14 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from deap import base, creator, tools
 
-from search.cost_model import CostModel
-from search.features import encoder_for
-from search.repair import judge_mapped_priors
-from search.similarity import SIMILARITY_FLOOR, filter_priors, leaves_out_unrunnable, only_runnable
-from search.source_weights import SourceRankers
-from search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
-from search.warm_start import HistoryRanker, history_seed_order
-from templates.space import Config, KnobSpace
+from autotune.search.cost_model import CostModel
+from autotune.search.features import encoder_for
+from autotune.search.repair import judge_mapped_priors
+from autotune.search.similarity import SIMILARITY_FLOOR, filter_priors, leaves_out_unrunnable, only_runnable
+from autotune.search.source_weights import SourceRankers
+from autotune.search.tuner import PriorRecord, TrialResult, Tuner, prior_groups, shallow_history
+from autotune.search.warm_start import HistoryRanker, history_seed_order
+from autotune.templates.space import Config, KnobSpace
 
 __all__ = ["GATuner", "GuidedGATuner"]
 
@@ -393,7 +393,7 @@ class GuidedGATuner(GATuner):
         # as transfer XGBoost's options: history's configs this layer could not run are
         # left out of its seeds, dictionary and ranker, and of the transfer tuners it uses
         # (by default where history matches the layer weakly); or moved to the nearest
-        # the layer can run (:mod:`search.repair`)
+        # the layer can run (:mod:`autotune.search.repair`)
         self.repair_history = bool(repair_history)
         self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors, repair=self.repair_history)
         if picks_order not in ("turns", "ranked"):
@@ -475,7 +475,7 @@ class GuidedGATuner(GATuner):
         """Transfer XGBoost takes the layer from here, told everything measured and
         asked so far: where history is shallow its winners are unconverged, and after
         the first population, which is history's, the GA breeds around them (run 46)."""
-        from search.xgb_tuner import TransferXGBTuner
+        from autotune.search.xgb_tuner import TransferXGBTuner
 
         nxt = TransferXGBTuner(self.space, seed=self.seed, priors=self.priors, layer_features=self.layer_features,
                                local_share=self.handover_local_share, plausible_priors=self.plausible_priors,
@@ -528,7 +528,7 @@ class GuidedGATuner(GATuner):
 
     def _credibility(self, idx: np.ndarray, sims: np.ndarray) -> np.ndarray:
         """Per kept prior row (similarity ``sims``), its workload's chance of ranking this
-        layer's own results best (:mod:`search.source_weights`); all ones unless
+        layer's own results best (:mod:`autotune.search.source_weights`); all ones unless
         ``rank_sources``, and until there are ``min_ranked`` successful results."""
         self._source_weights = {}
         if not self.rank_sources:
@@ -573,7 +573,7 @@ class GuidedGATuner(GATuner):
         of a 256-deep history beat 10.6 us on ResNet-18's conv2d3, while a model of all
         sources with layer features put configs of 7 to 8 us in its first batch (2026-11-26).
         """
-        from search.xgb_tuner import TransferXGBTuner
+        from autotune.search.xgb_tuner import TransferXGBTuner
 
         model = TransferXGBTuner(self.space, seed=self.seed, priors=self.priors, layer_features=self.layer_features,
                                  plausible_priors=self.plausible_priors, repair_history=self.repair_history)
@@ -604,7 +604,7 @@ class GuidedGATuner(GATuner):
 
     def _measure_first(self, pop: list[Any]) -> list[Any]:
         """The first population, best first as a ranker trained on the kept priors
-        predicts for this layer (:class:`search.warm_start.HistoryRanker`), each
+        predicts for this layer (:class:`autotune.search.warm_start.HistoryRanker`), each
         source's best ahead of any source's second (``"hedged"``); the ranker's order
         alone (``"model"``), or warm-start order (``"turns"``). Only the order changes:
         the population, and so every later generation, is the same either way."""
@@ -662,7 +662,7 @@ class GuidedGATuner(GATuner):
     def _select_offspring(self, bred: list[Any], n: int) -> list[Any]:
         """With ``screen`` > 1: the ``n`` children a surrogate scores best, best first.
 
-        The surrogate is history's ranker (:class:`search.warm_start.HistoryRanker`) as a
+        The surrogate is history's ranker (:class:`autotune.search.warm_start.HistoryRanker`) as a
         base margin, corrected by a model of this layer's own results once there are
         ``min_ranked`` of them with two distinct fitnesses (margin transfer, as transfer
         XGBoost does). Screening only chooses among children the GA's operators bred from

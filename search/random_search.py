@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from search.tuner import Tuner
-from templates.space import Config
+from autotune.search.tuner import Tuner
+from autotune.templates.space import Config
 
 
 class RandomTuner(Tuner):

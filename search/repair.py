@@ -1,7 +1,7 @@
 """History's configs that a layer cannot run, moved to the nearest one it can.
 
 A source layer's config is mapped onto this layer knob by knob (the nearest candidate of
-each, :class:`search.features.ConfigMapper`), which keeps the source's tile shapes. On
+each, :class:`autotune.search.features.ConfigMapper`), which keeps the source's tile shapes. On
 CUDA those often overrun this layer's limits. On the H100 all 32 of the configs history
 offered ResNet-18's first conv first (from 3x3 layers) asked for 52,880 bytes of shared
 memory against 49,152, and 12 to 24 of 32 on four of five other layers overran some
@@ -30,9 +30,9 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from search.features import encoder_for
-from search.similarity import runnable_priors
-from templates.space import KnobSpace
+from autotune.search.features import encoder_for
+from autotune.search.similarity import runnable_priors
+from autotune.templates.space import KnobSpace
 
 __all__ = ["nearest_runnable", "runnable_mapping", "judge_mapped_priors"]
 

@@ -11,7 +11,7 @@ stays the true target. For sparse tables, where most proposals would otherwise b
 wasted, two approximations answer ok:
 
 - ``missing="nearest"``: the latency of the recorded config nearest in feature space
-  (:mod:`search.features`);
+  (:mod:`autotune.search.features`);
 - ``missing="model"``: a regression of log latency on the same features, fitted on the
   table's ok records (:class:`Surrogate`), as surrogate benchmarks of hyperparameter
   search do. On the H100 file's six layers (2,108 to 3,829 configs each, five-fold) it
@@ -30,9 +30,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from search.features import encoder_for
-from search.tuner import OK, TrialResult, Tuner
-from templates.space import Config, KnobSpace, config_to_json
+from autotune.search.features import encoder_for
+from autotune.search.tuner import OK, TrialResult, Tuner
+from autotune.templates.space import Config, KnobSpace, config_to_json
 
 __all__ = ["APPROXIMATIONS", "MISSING", "ReplayBench", "Surrogate", "run_tuner", "trials_to_within"]
 

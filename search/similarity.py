@@ -3,7 +3,7 @@
 Two guards stand between history and a tuner:
 
 1. *Similarity*: an importance-weighted comparison of layer features, the same function
-   as the match score (:func:`history.match.similarity`). Features the cost model
+   as the match score (:func:`autotune.history.match.similarity`). Features the cost model
    actually splits on (say the reduction size) should decide similarity more than ones
    it ignores (say the batch size that is always 1). Weights come from the cost model's
    smoothed importances over the layer-feature columns, uniform before there is a model.
@@ -30,9 +30,9 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 from scipy.stats import kendalltau
 
-from history.match import similarity as layer_similarity
-from search.tuner import PriorRecord, TrialResult
-from templates.space import KnobSpace
+from autotune.history.match import similarity as layer_similarity
+from autotune.search.tuner import PriorRecord, TrialResult
+from autotune.templates.space import KnobSpace
 
 __all__ = [
     "LEAVE_OUT_UNRUNNABLE_BELOW",
@@ -82,7 +82,7 @@ def contradicting_workloads(
     to one point keep their best latency. ``mapped`` may pass precomputed index tuples
     aligned with ``priors`` (a tuner maps its priors once).
     """
-    from search.features import encoder_for
+    from autotune.search.features import encoder_for
 
     enc = encoder_for(space)
     mine: dict[tuple[int, ...], float] = {}
@@ -154,7 +154,7 @@ def leaves_out_unrunnable(option: bool | None, priors: Sequence, *, repair: bool
     """Whether a guided tuner leaves out history's configs the layer cannot run: the
     option as given, or by default (None) where history matches the layer weakly
     (:data:`LEAVE_OUT_UNRUNNABLE_BELOW`) and they are not to be moved instead (``repair``,
-    :mod:`search.repair`: left out, none would be left to move). A weak match is a layer
+    :mod:`autotune.search.repair`: left out, none would be left to move). A weak match is a layer
     of other kernel sizes or strides, whose mapped tiles overrun this one's limits; a
     close one's mapped configs differ from runnable ones by a tile or two and still say
     which values win."""

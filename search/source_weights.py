@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from search.cost_model import CostModel
+    from autotune.search.cost_model import CostModel
 
 __all__ = [
     "MAX_RANKED_SOURCES",
@@ -127,11 +127,11 @@ def cross_validated_scores(
     seen, comparable with a source ranker's scores, which never saw them either.
 
     ``fold_seed`` and n seed the split; ``model_args`` go to
-    :class:`search.cost_model.CostModel`. A fold whose training part has fewer than two
+    :class:`autotune.search.cost_model.CostModel`. A fold whose training part has fewer than two
     distinct labels scores its points 0 (ties, which :func:`misranked_pair_matrix`
     counts as half wrong).
     """
-    from search.cost_model import CostModel
+    from autotune.search.cost_model import CostModel
 
     perf = np.asarray(perf, dtype=float)
     n = len(perf)
@@ -155,7 +155,7 @@ class SourceRankers:
 
     ``X`` (rows x features), ``y`` (normalized performance within the workload) and
     ``groups`` (workload id per row, an index into ``names``, the workload keys) describe
-    the priors; ``model_args`` go to :class:`search.cost_model.CostModel`.
+    the priors; ``model_args`` go to :class:`autotune.search.cost_model.CostModel`.
     """
 
     #: Records a source's ranker trains on at most (a seeded random subset beyond that):
@@ -186,7 +186,7 @@ class SourceRankers:
 
     def scores(self, group: int, X_own: np.ndarray) -> np.ndarray:
         """Workload ``group``'s scores of ``X_own``, higher = better."""
-        from search.cost_model import CostModel
+        from autotune.search.cost_model import CostModel
 
         model = self._models.get(group)
         if model is None:

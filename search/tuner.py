@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from templates.space import Config, KnobSpace, config_to_json
+from autotune.templates.space import Config, KnobSpace, config_to_json
 
 #: Result statuses shared with the history database.
 OK = "ok"
@@ -42,10 +42,10 @@ class PriorRecord:
     ``layer_features`` describe its layer (shape dims, FLOPs...), same order as the
     tuned layer's features. ``target_weight`` is how much it counts for having been
     measured on other hardware (1 on the tuned target; see
-    :func:`search.similarity.filter_priors`), and ``workload_key`` names the group its
+    :func:`autotune.search.similarity.filter_priors`), and ``workload_key`` names the group its
     latencies compare within: one layer on one target. ``restated``: ``config`` is the
     measured one restated for the tuned CPU's vector width
-    (:mod:`templates.vector_width`), so a report can say how much history was.
+    (:mod:`autotune.templates.vector_width`), so a report can say how much history was.
     """
 
     config: Config

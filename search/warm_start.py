@@ -90,8 +90,8 @@ class HistoryRanker:
 
     The prior rows are ``configs`` measured on layers with ``config_layer_features``, at
     normalized performance ``perf`` on their workload ``groups``, weighted by
-    ``similarity`` (at most ``max_rows``, default :data:`search.cost_model.MAX_PRIOR_ROWS`;
-    :func:`search.cost_model.capped_rows`). One ranking group per source workload and
+    ``similarity`` (at most ``max_rows``, default :data:`autotune.search.cost_model.MAX_PRIOR_ROWS`;
+    :func:`autotune.search.cost_model.capped_rows`). One ranking group per source workload and
     the layer features as columns, as transfer XGBoost's prior model: sources agree on
     what makes a config good for a layer like this one, not on latencies.
     ``encoder`` featurizes configs with this layer's features (``encoder_for(space,
@@ -111,7 +111,7 @@ class HistoryRanker:
         seed: int = 0,
         max_rows: int | None = None,
     ) -> None:
-        from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
+        from autotune.search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
 
         self.encoder = encoder
         self.layer_features = list(layer_features)
@@ -157,9 +157,9 @@ class HistoryRanker:
         *,
         seed: int = 0,
     ) -> "HistoryRanker":
-        """The ranker of prior records ``priors[rows]`` (:class:`search.tuner.PriorRecord`)
+        """The ranker of prior records ``priors[rows]`` (:class:`autotune.search.tuner.PriorRecord`)
         at their kept ``similarity``; ``perf`` and ``groups`` index all of ``priors``
-        (:func:`search.tuner.prior_groups`)."""
+        (:func:`autotune.search.tuner.prior_groups`)."""
         return cls(
             [priors[i].config for i in rows], [priors[i].layer_features for i in rows],
             perf[rows], similarity, groups[rows], encoder, layer_features, seed=seed,

@@ -3,7 +3,7 @@
 ``XGBTuner`` ("xgb") is the cold AutoTVM-style tuner: random until it has ``min_train``
 results, then each batch retrains on its own measurements and anneals over the space
 with the model as fitness. ``TransferXGBTuner`` ("tl_xgb") learns from history as well:
-priors of similar layers, filtered by :func:`search.similarity.filter_priors`, one
+priors of similar layers, filtered by :func:`autotune.search.similarity.filter_priors`, one
 ranking group per workload weighted by similarity. With usable priors it needs no random
 warm-up: the first batch holds the best prior configs mapped onto this space plus the
 prior-only model's picks. How its own results meet the priors is ``transfer``:
@@ -18,7 +18,7 @@ prior-only model's picks. How its own results meet the priors is ``transfer``:
 Which source workloads the priors come from is re-judged as results arrive: the
 similarity filter first, then (``rank_sources``, default on) each kept source is weighted
 by its chance of ranking the layer's own results best, from a ranker fitted on that
-source alone (:mod:`search.source_weights`). Similarity picks the history that should
+source alone (:mod:`autotune.search.source_weights`). Similarity picks the history that should
 transfer; this keeps the history that does. With ``rank_own`` as well (off by default:
 it measured worse in run 12) the layer's own model competes with the sources, and
 history's margin counts only by the share the sources win.
@@ -44,7 +44,7 @@ against 298.0 in the median of ten seeds) and ended MobileNetV2 lower, at some c
 conv2d4 (run 45b); on a deep one it needs the same trials but ends conv2d7 10% higher in
 the median (run 45c); on a `znver4` history 32 deep it ended the first conv lower and
 three layers higher (run 46b). Where the guided GA hands a shallow history's layer over
-(:mod:`search.ga_tuner`), its successor makes these moves: that is what was measured.
+(:mod:`autotune.search.ga_tuner`), its successor makes these moves: that is what was measured.
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ from typing import Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
-from search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
-from search.features import FeatureEncoder, encoder_for
-from search.repair import judge_mapped_priors
-from search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, leaves_out_unrunnable, only_runnable
-from search.source_weights import OWN, SourceRankers
-from search.tuner import PriorRecord, Tuner, prior_groups
-from search.warm_start import history_seed_order, ranked_history_keys
-from templates.space import Config, KnobSpace, config_to_json
+from autotune.search.cost_model import MAX_PRIOR_ROWS, CostModel, capped_rows
+from autotune.search.features import FeatureEncoder, encoder_for
+from autotune.search.repair import judge_mapped_priors
+from autotune.search.similarity import SIMILARITY_FLOOR, filter_priors, importance_weights, leaves_out_unrunnable, only_runnable
+from autotune.search.source_weights import OWN, SourceRankers
+from autotune.search.tuner import PriorRecord, Tuner, prior_groups
+from autotune.search.warm_start import history_seed_order, ranked_history_keys
+from autotune.templates.space import Config, KnobSpace, config_to_json
 
 __all__ = ["TransferXGBTuner", "XGBTuner", "observing_fits"]
 
@@ -108,7 +108,7 @@ class XGBTuner(Tuner):
         # (:meth:`KnobSpace.fits_device_rows`) are left out of training and warm start;
         # by default (None) where history matches the layer weakly. Or, for what the
         # tuner measures of history's, moved to the nearest config the layer can run
-        # (:mod:`search.repair`); the model still learns from the sources.
+        # (:mod:`autotune.search.repair`); the model still learns from the sources.
         self.repair_history = bool(repair_history)
         self.plausible_priors = leaves_out_unrunnable(plausible_priors, self.priors, repair=self.repair_history)
         if not 0.0 <= float(local_share) <= 1.0:
@@ -206,7 +206,7 @@ class XGBTuner(Tuner):
 
     def _credible(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Weights times each source's chance of ranking the layer's own results best
-        (:mod:`search.source_weights`); sources that never do are dropped.
+        (:mod:`autotune.search.source_weights`); sources that never do are dropped.
 
         Waits for ``min_train`` successful own results. With ``rank_own`` the layer's own
         model competes with the sources (RGPE's target model): history's margin then
@@ -229,7 +229,7 @@ class XGBTuner(Tuner):
         return idx[keep], (w * row_p)[keep]
 
     def _subsample(self, idx: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cap prior rows (:func:`search.cost_model.capped_rows`, scored by similarity x
+        """Cap prior rows (:func:`autotune.search.cost_model.capped_rows`, scored by similarity x
         performance)."""
         if len(idx) <= self.max_prior_rows:
             return idx, w
@@ -329,7 +329,7 @@ class XGBTuner(Tuner):
 
     def _seeds_from(self, p_idx: np.ndarray, p_w: np.ndarray, limit: int | None = None) -> list[tuple[int, ...]]:
         """Distinct mapped prior configs in warm-start order (by turns across source
-        workloads, :func:`search.warm_start.history_seed_order`), at most ``limit``
+        workloads, :func:`autotune.search.warm_start.history_seed_order`), at most ``limit``
         (default ``sa_points``)."""
         limit = self.sa_points if limit is None else limit
         if not len(p_idx):
@@ -349,7 +349,7 @@ class XGBTuner(Tuner):
 
     def _ranked_history(self) -> list[tuple[int, ...]]:
         """History's first ``history_list`` configs, fixed before any result and best
-        first by a ranker of history alone (:func:`search.warm_start.ranked_history_keys`,
+        first by a ranker of history alone (:func:`autotune.search.warm_start.ranked_history_keys`,
         the guided GA's first population in its measuring order). Judged once: the
         filter that feeds the model is re-judged as results arrive and may drop the
         source that holds the config that transfers."""

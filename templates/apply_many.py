@@ -15,7 +15,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-from templates.space import InvalidConfig, KnobSpace
+from autotune.templates.space import InvalidConfig, KnobSpace
 
 
 def apply_many(items: Sequence[tuple[KnobSpace, Mapping[str, Any]]], threads: int = 0) -> list[Any]:

@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from templates.shared_memory import SharedFootprint
-from templates.space import Config, InvalidConfig, Knob, KnobSpace
+from autotune.templates.shared_memory import SharedFootprint
+from autotune.templates.space import Config, InvalidConfig, Knob, KnobSpace
 
 #: v2: compute locations are knobs (v1 left them to the sketch's random draw).
 TEMPLATE = "ms-generic-v2"
@@ -518,7 +518,7 @@ class MetaScheduleSpace(KnobSpace):
         return tuple(f is not None for f in self._shared)
 
     def _shared_estimates(self) -> list[SharedFootprint | None]:
-        """Each sketch's shared-memory footprint (:mod:`templates.shared_memory`)."""
+        """Each sketch's shared-memory footprint (:mod:`autotune.templates.shared_memory`)."""
         from tvm.s_tir import Schedule
 
         plain = Schedule(self.mod, debug_mask="none")
@@ -541,7 +541,7 @@ class MetaScheduleSpace(KnobSpace):
 
     def shared_bytes(self, config: Mapping[str, Any]) -> int | None:
         """Shared memory ``config`` allocates per thread block on CUDA, estimated from
-        its sketch (:mod:`templates.shared_memory`); None where there is no estimate."""
+        its sketch (:mod:`autotune.templates.shared_memory`); None where there is no estimate."""
         return _shared_bytes(self._shared, config)
 
     def thread_work(self, config: Mapping[str, Any]) -> int:

@@ -14,7 +14,7 @@ from autotune.errors import AutotuneError, OptionError
 from autotune.measure import MeasureOptions
 from autotune.target import resolve_target
 from autotune.tune import TuneOptions
-from history import open_history
+from autotune.history import open_history
 from tests.test_e2e import _small_cnn
 
 
@@ -67,6 +67,31 @@ def test_reachable_from_the_package():
     import autotune
 
     assert autotune.api is api and autotune.api.tune is api.tune
+
+
+def test_a_users_history_py_or_search_py_beside_the_script_stands_in_for_nothing(tmp_path):
+    """search/, history/ and templates/ were top-level packages: a script next to its own
+    history.py failed in the API with "'history' is not a package", and next to a
+    search.py api.tune could not import its tuners."""
+    import os
+    import subprocess
+    import sys
+
+    for name in ("history", "search", "templates"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit('the user\'s module was imported')\n")
+    (tmp_path / "script.py").write_text(
+        "from autotune import api\n"
+        "from autotune.history import open_history\n"
+        "from autotune.search import TUNERS\n"
+        "from autotune.templates.space import KnobSpace\n"
+        "store = open_history('h.db')\n"
+        "print(len(store.records()), 'gga' in TUNERS, KnobSpace.__module__, api.info()['history']['records'])\n"
+        "store.close()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_HISTORY"} | {"AUTOTUNE_HISTORY": str(tmp_path / "h.db")}
+    done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "True", "autotune.templates.space", "0"]
 
 
 def test_defaults_pass():

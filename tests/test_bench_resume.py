@@ -18,8 +18,8 @@ tvm = pytest.importorskip("tvm")
 from tvm import te  # noqa: E402
 
 from autotune.target import resolve_target  # noqa: E402
-from templates import config_to_json  # noqa: E402
-from templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
+from autotune.templates import config_to_json  # noqa: E402
+from autotune.templates.meta_schedule_space import MetaScheduleSpace  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from history_guided.history_setup import build_history  # noqa: E402
@@ -34,7 +34,7 @@ from history_guided.scoring import (  # noqa: E402
 )
 from history_guided.tables import markdown_table  # noqa: E402
 from history_guided.tuner_specs import make_run_tuner, pairs_of, parse_tuner  # noqa: E402
-from search import make_tuner  # noqa: E402
+from autotune.search import make_tuner  # noqa: E402
 
 
 def _matmul_func(n: int):
@@ -375,7 +375,7 @@ def test_a_bad_probe_file_ends_with_one_line_before_measuring(tmp_path, monkeypa
 
 
 def test_a_bad_source_among_good_ones_writes_nothing_to_history(tmp_path):
-    from history import open_history
+    from autotune.history import open_history
 
     store = open_history(str(tmp_path / "history.db"))
     with pytest.raises(SystemExit, match="no layer 99"):
@@ -388,7 +388,7 @@ def test_the_result_says_which_tuners_made_the_history(tmp_path):
     """A reused or imported history need not be what --history-tuner names (the H100 runs
     imported a cold-XGBoost history while the argument said random): the count comes from
     the records themselves, source layers only."""
-    from history import open_history
+    from autotune.history import open_history
 
     target = resolve_target("llvm")
     store = open_history(str(tmp_path / "history.db"))
@@ -410,7 +410,7 @@ def test_the_result_records_what_was_kept_out_of_history(tmp_path, monkeypatch):
     H100's 100-trial replay without the run's --exclude gave other guided curves): the
     result file must say what its run kept out, and with which arguments it ran."""
     import bench_history_guided
-    from history import open_history
+    from autotune.history import open_history
 
     target = resolve_target("llvm")
     layer = layer_at("resnet18:0", 32)
@@ -471,7 +471,7 @@ def test_a_replay_completes_an_existing_history_on_a_copy(tmp_path, monkeypatch)
     import shutil
 
     import bench_history_guided
-    from history import open_history
+    from autotune.history import open_history
 
     measurements = tmp_path / "measurements.jsonl"
 
@@ -765,7 +765,7 @@ def test_the_prior_rank_trace_follows_every_transfer_fit_of_a_replayed_run(tmp_p
     trace, out = tmp_path / "trace.json", tmp_path / "replayed.json"
     monkeypatch.setattr(sys, "argv", ["trace_prior_rank.py", "--trace", str(trace), "--", "--replay", str(measurements),
                                       "--history-db", str(db), "--tuners", "tl_xgb", "--out", str(out), *common])
-    from search.xgb_tuner import XGBTuner
+    from autotune.search.xgb_tuner import XGBTuner
 
     assert trace_prior_rank.main() == 0
     assert XGBTuner.fit_observers == []  # the trace ends with the run

@@ -291,7 +291,7 @@ def test_history_parent_is_a_file(capsys, env):
 
 
 def _import_bad_json(capsys, env):
-    from history import open_history
+    from autotune.history import open_history
 
     db = env / "h.db"
     open_history(str(db)).close()
@@ -331,7 +331,7 @@ def test_history_import_missing_file(capsys, env):
 
 @pytest.fixture
 def populated_history(env):
-    from history import TargetInfo, WorkloadInfo, open_history
+    from autotune.history import TargetInfo, WorkloadInfo, open_history
 
     path = str(env / "pop.db")
     key = "ab" * 12
@@ -363,7 +363,7 @@ def test_history_show_and_best(capsys, populated_history):
 
 
 def test_history_runs_lists_each_run_with_its_layering(capsys, populated_history):
-    from history import open_history
+    from autotune.history import open_history
 
     path, key = populated_history
     assert main(["history", "runs", "--history", path]) == 0
@@ -391,7 +391,7 @@ def test_history_rm_removes_a_run_and_only_its_records(capsys, populated_history
     or ambiguous id and a run whose process is alive change nothing."""
     import socket
 
-    from history import open_history
+    from autotune.history import open_history
 
     path, key = populated_history
     with open_history(path) as store:
@@ -437,7 +437,7 @@ def test_a_run_whose_process_was_killed_is_shown_killed_and_can_be_removed(capsy
     import subprocess
     import time
 
-    from history import open_history
+    from autotune.history import open_history
 
     path, _ = populated_history
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -868,7 +868,7 @@ def test_info_reports_this_machine_and_reads_history_without_creating_it(capsys,
     import tvm
 
     from autotune.target import resolve_target
-    from history import TargetInfo, WorkloadInfo, open_history
+    from autotune.history import TargetInfo, WorkloadInfo, open_history
 
     history = env / "h.db"
     assert main(["info", "--history", str(history), "--json"]) == 0

@@ -61,8 +61,8 @@ def test_built_for_a_gpu_not_here_it_takes_that_gpus_history(tmp_path, capsys):
     applied none of an H100's records (0 of 43 ResNet-50 layers, 23 with this)."""
     from autotune import decompose, frontend
     from autotune.target import resolve_target
-    from history import TargetInfo, open_history
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.history import TargetInfo, open_history
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     model = _two_inputs(tmp_path / "m.onnx")
     target = resolve_target("cuda:sm_90")

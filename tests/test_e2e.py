@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autotune.cli import main
-from history import open_history
+from autotune.history import open_history
 
 
 def _small_cnn(path: Path) -> Path:

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from sqlalchemy import event
 
-import history
-from history import (
+from autotune import history
+from autotune.history import (
     HistoryError,
     HistoryStore,
     Record,
@@ -366,7 +366,7 @@ def test_open_for_writing_while_another_process_reads_a_rollback_journal_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The switch to WAL needs the file to itself; a reader mid-transaction must not make open fail."""
-    from history import sqlite_db
+    from autotune.history import sqlite_db
 
     monkeypatch.setattr(sqlite_db, "WAL_SWITCH_WAIT_S", 0.2)
     path = tmp_path / "h.db"
@@ -401,7 +401,7 @@ def test_records_survive_sigkill(tmp_path: Path) -> None:
     proc = _run_script(
         """
         import os, signal, sys
-        from history import open_history
+        from autotune.history import open_history
         path, n = sys.argv[1], int(sys.argv[2])
         store = open_history(path)
         for i in range(n):
@@ -421,7 +421,7 @@ def test_records_survive_sigkill(tmp_path: Path) -> None:
 
 WRITER = """
 import sys, time, os
-from history import open_history, TargetInfo, WorkloadInfo
+from autotune.history import open_history, TargetInfo, WorkloadInfo
 path, tag, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 while not os.path.exists(go):
     time.sleep(0.001)
@@ -465,7 +465,7 @@ def check_two_writers(location: str, tmp_path: Path, fresh: bool, n: int) -> Non
 
 IMPORTER = """
 import json, os, sys, time
-from history import import_json, open_history
+from autotune.history import import_json, open_history
 path, src, go = sys.argv[1], sys.argv[2], sys.argv[3]
 while not os.path.exists(go):
     time.sleep(0.001)

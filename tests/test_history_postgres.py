@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from history import HistoryError, export_json, import_json, open_history
+from autotune.history import HistoryError, export_json, import_json, open_history
 from tests.test_history import (
     BAD_IMPORTS,
     CONV,
@@ -306,7 +306,7 @@ def test_records_survive_sigkill(url: str) -> None:
     proc = _run_script(
         """
         import os, signal, sys
-        from history import open_history
+        from autotune.history import open_history
         store = open_history(sys.argv[1])
         for i in range(int(sys.argv[2])):
             store.add_record(workload_key=sys.argv[3], target_key=sys.argv[4], space_id="kill",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.dispatch import choose
-from history import TargetInfo, WorkloadInfo, open_history
-from history.match import OTHER_TARGET_DISCOUNT, SAME_LAYER_OTHER_BATCH, match, similarity
+from autotune.history import TargetInfo, WorkloadInfo, open_history
+from autotune.history.match import OTHER_TARGET_DISCOUNT, SAME_LAYER_OTHER_BATCH, match, similarity
 
 CPU = TargetInfo("llvm", "znver3", "cpu-a")
 GPU = TargetInfo("cuda", "sm_90", "gpu-b")
@@ -56,7 +56,7 @@ def test_default_schedule_timings_are_no_evidence(store):
     """``tune`` times every layer's default schedule before tuning any: those baseline
     records (config ``{}``) must not make a layer, or its neighbours, look like history
     knows good configs for them (a 0.99 match and the guided GA, seeded from nothing)."""
-    from history import BASELINE_SPACE_PREFIX
+    from autotune.history import BASELINE_SPACE_PREFIX
 
     w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
     store.register_workload(w)
@@ -162,7 +162,7 @@ def test_history_depth_counts_each_source_layers_records(store):
     two source layers holding 1 and 3 measured configs give a median of 2, fewest 1, and
     a median under SHALLOW_SOURCE_RECORDS is what the progress calls shallow (run 43b)."""
     from autotune.tune import priors_from_match
-    from search.tuner import SHALLOW_SOURCE_RECORDS, is_shallow, source_depth
+    from autotune.search.tuner import SHALLOW_SOURCE_RECORDS, is_shallow, source_depth
 
     w, near, far = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0]), _wl("f", "if", [1.0, 9.0])
     for wl in (w, near, far):
@@ -186,7 +186,7 @@ def test_priors_leave_out_tvms_default_schedule(store):
     Kept as a prior it set its layer's best latency, and a default faster than a short
     search's configs left none of them counted best (performance under 1)."""
     from autotune.tune import priors_from_match
-    from search.tuner import prior_groups
+    from autotune.search.tuner import prior_groups
 
     w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
     for wl in (w, near):

@@ -30,7 +30,7 @@ from autotune.errors import AutotuneError  # noqa: E402
 from autotune.measure import MeasureOptions, Measurer  # noqa: E402
 from autotune.target import resolve_target  # noqa: E402
 from autotune.tune import TuneSession  # noqa: E402
-from history import open_history  # noqa: E402
+from autotune.history import open_history  # noqa: E402
 from tests.test_measure import _matmul  # noqa: E402
 
 KEY = "autotune-test"

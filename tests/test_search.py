@@ -19,9 +19,9 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from search import TUNERS, PriorRecord, make_tuner
-from search.cost_model import CostModel
-from search.features import (
+from autotune.search import TUNERS, PriorRecord, make_tuner
+from autotune.search.cost_model import CostModel
+from autotune.search.features import (
     DERIVED_NAMES,
     ConfigMapper,
     batch_config_features,
@@ -29,16 +29,16 @@ from search.features import (
     encoder_for,
     map_config,
 )
-from search.ga_tuner import GATuner, GuidedGATuner, per_source_first
-from search.replay import ReplayBench, run_tuner, trials_to_within
-from search.similarity import (
+from autotune.search.ga_tuner import GATuner, GuidedGATuner, per_source_first
+from autotune.search.replay import ReplayBench, run_tuner, trials_to_within
+from autotune.search.similarity import (
     contradicting_workloads,
     filter_priors,
     importance_weights,
     layer_similarity,
 )
-from search.tuner import TrialResult
-from templates.space import InvalidConfig, Knob, KnobSpace, config_to_json
+from autotune.search.tuner import TrialResult
+from autotune.templates.space import InvalidConfig, Knob, KnobSpace, config_to_json
 
 # --------------------------------------------------------------------------------------
 # synthetic problem
@@ -820,8 +820,8 @@ def test_gga_hands_a_shallow_historys_layer_to_transfer_xgb_after_its_first_popu
     XGBoost tuner told the same results would ask, one with one-knob moves (run 46b
     measured the hand-over so; transfer XGBoost itself makes none unless asked). Deep
     history, or ``handover=0``: the GA keeps the layer."""
-    from search.ga_tuner import HANDOVER_LOCAL_SHARE
-    from search.tuner import SHALLOW_SOURCE_RECORDS, shallow_history
+    from autotune.search.ga_tuner import HANDOVER_LOCAL_SHARE
+    from autotune.search.tuner import SHALLOW_SOURCE_RECORDS, shallow_history
 
     source = MatmulSpace(64, 128, 64)
     shallow = shallow_priors(source) + shallow_priors(source, "dense_64_128_64_again")
@@ -1059,7 +1059,7 @@ def test_replay_determinism_and_trials_to_within(target, similar_priors, tmp_pat
 def test_history_seeds_take_turns_across_source_workloads():
     """Every source layer's winner comes before any layer's runner-up, most similar
     layer first; a config two layers share, a failure or an unmapped row takes no turn."""
-    from search.warm_start import history_seed_order
+    from autotune.search.warm_start import history_seed_order
 
     mapped = ["a1", "a2", "a3", "b1", "b2", "shared", "shared", "c_fail", None]
     groups = np.array([0, 0, 0, 1, 1, 0, 2, 2, 2])
@@ -1073,7 +1073,7 @@ def test_history_seeds_take_turns_across_source_workloads():
 def test_best_ranker_probability_follows_ranking_not_order_of_sources():
     """The source that orders the measured points right takes the weight, whatever its
     position; identical sources share it; a failure (inf) is slower than any success."""
-    from search.source_weights import best_ranker_probability, misranked_pair_matrix
+    from autotune.search.source_weights import best_ranker_probability, misranked_pair_matrix
 
     rng = np.random.default_rng(0)
     latency = np.array([3.0, 1.0, 2.0, 5.0, 4.0, np.inf, 6.0, 0.5, 7.0, 2.5])
@@ -1099,7 +1099,7 @@ def test_best_ranker_probability_follows_ranking_not_order_of_sources():
 def test_cross_validated_scores_judge_points_the_model_did_not_see():
     """Out-of-fold scores follow a real trend, and do not follow noise, which a model
     scoring its own training points would fit."""
-    from search.source_weights import cross_validated_scores
+    from autotune.search.source_weights import cross_validated_scores
 
     rng = np.random.default_rng(0)
     X = rng.random((48, 3))
@@ -1149,7 +1149,7 @@ def test_tl_xgb_own_model_competes_with_history_and_takes_what_it_wins(target, s
     layer worse than the layer's own results do, so the own model wins most of the
     weight, history's margin shrinks by that share, and where it wins everything the
     history leaves the model entirely."""
-    from search.source_weights import OWN
+    from autotune.search.source_weights import OWN
 
     misleading = history_of(MatmulSpace(64, 128, 64, hw_seed=99), "other_hw", seed=5)
     own_share = []
@@ -1221,7 +1221,7 @@ def test_gga_immigrants_come_from_the_credible_source_when_sources_are_ranked(ta
 def test_source_rankers_rank_only_the_most_similar_sources():
     """Past MAX_RANKED_SOURCES workloads, the least similar ones are not ranked (weight 0)
     and every ranked workload's records fit a ranker of their own."""
-    from search.source_weights import MAX_RANKED_SOURCES, SourceRankers
+    from autotune.search.source_weights import MAX_RANKED_SOURCES, SourceRankers
 
     rng = np.random.default_rng(0)
     n_src, per = MAX_RANKED_SOURCES + 4, 12
@@ -1240,7 +1240,7 @@ def test_source_rankers_rank_only_the_most_similar_sources():
 
 
 def test_prior_groups_number_workloads_and_normalize_within_each():
-    from search.tuner import prior_groups
+    from autotune.search.tuner import prior_groups
 
     recs = [PriorRecord({}, 2.0, 0.9, (), "a"), PriorRecord({}, 4.0, 0.9, (), "b"), PriorRecord({}, 1.0, 0.9, (), "a"),
             PriorRecord({}, None, 0.9, (), "b", "build_error"), PriorRecord({}, 8.0, 0.9, (), "b")]

@@ -15,8 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from templates import InvalidConfig, Knob, config_from_json, config_to_json
-from templates.meta_schedule_space import MAX_VTHREAD, MetaScheduleSpace, perfect_tilings
+from autotune.templates import InvalidConfig, Knob, config_from_json, config_to_json
+from autotune.templates.meta_schedule_space import MAX_VTHREAD, MetaScheduleSpace, perfect_tilings
 
 
 @pytest.fixture(autouse=True)
@@ -119,7 +119,7 @@ def test_pooling_space_drops_unregistered_rules_without_a_warning(resnet_layers,
     meta-schedule builds once it has dropped the mark itself); a registered rule stays."""
     import tvm_ffi
 
-    from templates.meta_schedule_space import without_unknown_rules
+    from autotune.templates.meta_schedule_space import without_unknown_rules
 
     pool = next(l for l in resnet_layers if l.op_class == "pool")
     assert _schedule_rules(pool.func) == ["meta_schedule.pool_max"]
@@ -225,7 +225,7 @@ def test_config_json_is_the_same_text_however_plain_the_config_is(config):
     import json
     from collections import OrderedDict
 
-    from templates.space import _jsonable
+    from autotune.templates.space import _jsonable
 
     slow = json.dumps(_jsonable(dict(config)), sort_keys=True, separators=(",", ":"))
     assert config_to_json(config) == slow
@@ -480,8 +480,8 @@ def test_history_configs_are_judged_with_the_shared_memory_estimate_where_the_se
     still draws as before, but says which of history's configs, mapped onto the layer,
     could run: as the space with the estimate does. Transfer XGBoost's
     ``plausible_priors`` then leaves the others out of what it learns from."""
-    from search import make_tuner
-    from search.tuner import PriorRecord
+    from autotune.search import make_tuner
+    from autotune.search.tuner import PriorRecord
 
     layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
     space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name)
@@ -541,10 +541,10 @@ def test_history_configs_the_layer_cannot_run_move_to_the_nearest_it_can(resnet_
     one-knob move from it that fits and lies nearest in feature space (checked against
     every such move); configs that fit stay; the guided tuners then offer only configs
     the layer can run where they offered some it could not."""
-    from search import make_tuner
-    from search.features import encoder_for
-    from search.repair import nearest_runnable, runnable_mapping
-    from search.tuner import PriorRecord
+    from autotune.search import make_tuner
+    from autotune.search.features import encoder_for
+    from autotune.search.repair import nearest_runnable, runnable_mapping
+    from autotune.search.tuner import PriorRecord
 
     layer, verifier_only, configs, rows = _configs_drawn_past_the_limits(resnet_layers, cuda_target)
     fits = verifier_only.fits_device_rows(rows)
@@ -583,10 +583,10 @@ def test_a_moved_config_is_not_held_against_its_source(resnet_layers, cuda_targe
     says nothing of its source's original. Results on the moved configs that rank
     exactly against the source's drop the source when paired with the moves (as the
     check did before), and keep it now."""
-    from search import make_tuner
-    from search.repair import nearest_runnable
-    from search.similarity import filter_priors
-    from search.tuner import PriorRecord, TrialResult
+    from autotune.search import make_tuner
+    from autotune.search.repair import nearest_runnable
+    from autotune.search.similarity import filter_priors
+    from autotune.search.tuner import PriorRecord, TrialResult
 
     layer, space, configs, rows = _configs_drawn_past_the_limits(resnet_layers, cuda_target)
     moved = nearest_runnable(space, rows)
@@ -611,8 +611,8 @@ def test_a_config_no_one_knob_move_fixes_moves_two(resnet_layers, cuda_target):
     two-knob move; one that fits or has a one-knob fix moves as before."""
     from itertools import combinations, product
 
-    from search.features import encoder_for
-    from search.repair import nearest_runnable
+    from autotune.search.features import encoder_for
+    from autotune.search.repair import nearest_runnable
 
     layer = [l for l in resnet_layers if l.op_class == "conv2d"][1]
     space = MetaScheduleSpace(layer.func, cuda_target, name=layer.name, estimate_shared=False)
@@ -645,7 +645,7 @@ def test_a_config_no_one_knob_move_fixes_moves_two(resnet_layers, cuda_target):
 
 def test_nothing_moves_where_nothing_overruns(llvm_space):
     """On LLVM no config overruns a device limit: the mapping stays as it is."""
-    from search.repair import runnable_mapping
+    from autotune.search.repair import runnable_mapping
 
     rng = np.random.default_rng(3)
     rows = [tuple(llvm_space.to_indices(llvm_space.random_config(rng))) for _ in range(12)]
@@ -660,7 +660,7 @@ import sys
 from autotune.decompose import decompose
 from autotune.frontend import load_and_fuse
 from autotune.target import resolve_target
-from templates.meta_schedule_space import MetaScheduleSpace
+from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
 _, mod = load_and_fuse("resnet18", size=32)
 convs = [l for l in decompose(mod) if l.op_class == "conv2d"][:3]
@@ -701,7 +701,7 @@ def test_a_batch_applied_on_threads_gives_the_serial_programs(cuda_space, llvm_s
     config comes back as its InvalidConfig in its place, across two spaces at once."""
     import tvm_ffi
 
-    from templates.apply_many import apply_many
+    from autotune.templates.apply_many import apply_many
 
     rng = np.random.default_rng(3)
     items = [(space, space.random_config(rng)) for _ in range(12) for space in (cuda_space, llvm_space)]
@@ -750,7 +750,7 @@ def test_half_precision_layers_get_tensor_core_sketches_beside_the_plain_ones(ha
     the bulk check agrees with the one-by-one check on every row."""
     from autotune.device_code import generated_cuda_source
     from autotune.target import resolve_target
-    from templates.meta_schedule_space import TENSOR_CORE_RULES, rule_sets
+    from autotune.templates.meta_schedule_space import TENSOR_CORE_RULES, rule_sets
 
     assert rule_sets(convs[1].func, cuda_target) == ("cuda",)
     assert rule_sets(half_conv.func, resolve_target("cuda:sm_60").tvm_target) == ("cuda",)
@@ -767,7 +767,7 @@ def test_half_precision_layers_get_tensor_core_sketches_beside_the_plain_ones(ha
 
     # the tensor-core checks (threads, operand tiles in shared memory) are lower bounds:
     # they reject no config VerifyGPUCode accepts, and most it rejects
-    from templates.space import InvalidConfig
+    from autotune.templates.space import InvalidConfig
 
     applied, verdicts = {True: None, False: None}, []
     for row in rows[:250]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from history import TargetInfo, WorkloadInfo, open_history
-from history.match import match
-from templates.space import Knob
-from templates.vector_width import restate_vector_width, vector_axis_knobs
+from autotune.history import TargetInfo, WorkloadInfo, open_history
+from autotune.history.match import match
+from autotune.templates.space import Knob
+from autotune.templates.vector_width import restate_vector_width, vector_axis_knobs
 
 XX = "conv2d_nchw.xx.tile"
 

@@ -29,9 +29,9 @@ def build_history(store, target, cm, models, size, per_layer, seed, exclude: set
     Returns the source layers' records counted by the tuner that made them, as the
     records say: an imported or reused history need not be ``tuner_name``'s.
     """
-    from search import make_tuner
-    from search.tuner import TrialResult
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.search import make_tuner
+    from autotune.search.tuner import TrialResult
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     sources = source_records(store, target, models, size, exclude)  # a bad entry: before any write
     store.register_target(target.history_info())
@@ -102,7 +102,7 @@ def priors_for(store, layer, target, exclude: set[str], other_target_discount: f
     Without ``space``, records from a CPU of another vector width are taken as they are."""
     from autotune.target import float_lanes
     from autotune.tune import priors_from_match
-    from history.match import match
+    from autotune.history.match import match
 
     extra = {} if other_target_discount is None else {"other_target_discount": other_target_discount}
     m = match(store, layer.workload_info(), target.key, exclude=exclude, **extra)

@@ -71,9 +71,9 @@ class CachedMeasurer:
         One batch keeps every build worker busy: a batch waits for its slowest build (good
         configs, unrolled deep, compile slowest), so a batch of one worker's worth idles
         the rest behind the tail. A config asked twice (two seeds) is measured once."""
-        from search.tuner import TrialResult
-        from templates import InvalidConfig, config_to_json
-        from templates.apply_many import apply_many
+        from autotune.search.tuner import TrialResult
+        from autotune.templates import InvalidConfig, config_to_json
+        from autotune.templates.apply_many import apply_many
 
         out, asked, rejected = {}, {}, []
         t0 = time.perf_counter()
@@ -152,7 +152,7 @@ def check_best(cm: CachedMeasurer, layer, space, target) -> dict | None:
     way, :mod:`autotune.verify`). Measured runs only: a replay has no device to run it on.
     """
     from autotune import verify
-    from templates import config_from_json
+    from autotune.templates import config_from_json
 
     entry = cm.best_entry(layer.workload_key)
     if entry is None:
@@ -168,13 +168,13 @@ class ReplayMeasurer:
     Every tuner variant can then be compared on measurements made elsewhere, say on the
     lent GPU, by anyone, deterministically. A config the file lacks is answered by an
     approximation (``approximate``: the nearest measured config of that layer, or a
-    surrogate model fitted on its measured configs; :class:`search.replay.ReplayBench`),
+    surrogate model fitted on its measured configs; :class:`autotune.search.replay.ReplayBench`),
     counted in ``approximations``, unless the space rejects it: a replay is faithful as
     far as that count is small, and exact for the tuners and seeds that made the file.
     """
 
     def __init__(self, path: str, target_key: str, approximate: str = "nearest"):
-        from search.replay import APPROXIMATIONS
+        from autotune.search.replay import APPROXIMATIONS
 
         if approximate not in APPROXIMATIONS:
             raise ValueError(f"approximate must be one of {', '.join(APPROXIMATIONS)}, not {approximate!r}")
@@ -197,9 +197,9 @@ class ReplayMeasurer:
         return sorted({rec["target"] for rec in records(path)})
 
     def measure(self, layer_key: str, space, configs):
-        from search.replay import ReplayBench
-        from search.tuner import TrialResult
-        from templates import config_to_json
+        from autotune.search.replay import ReplayBench
+        from autotune.search.tuner import TrialResult
+        from autotune.templates import config_to_json
 
         bench = self._benches.get(layer_key)
         if bench is None:
@@ -251,7 +251,7 @@ class ReplayMeasurer:
         """How many of ``configs`` (one run's) were answered by the approximation:
         a comparison of tuners is only as faithful as these counts are small, and one
         tuner's approximated answers say nothing of another's."""
-        from templates import config_to_json
+        from autotune.templates import config_to_json
 
         got = self.approximated.get(layer_key, set())
         return sum(config_to_json(c) in got for c in configs)
@@ -260,7 +260,7 @@ class ReplayMeasurer:
         """Trials of one run (its results in order; rejected configs are no trial) before
         its first approximated answer: a ratio decided within them is
         as measured, however many answers came approximated after."""
-        from templates import config_to_json
+        from autotune.templates import config_to_json
 
         got = self.approximated.get(layer_key, set())
         trials = 0

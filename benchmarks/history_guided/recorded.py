@@ -23,7 +23,7 @@ def recorded_target(name: str, device_name: str | None = None):
 def recorded_space(layer, target, *, shared_memory_estimate: bool = True):
     """The layer's knob space on ``target``; without ``shared_memory_estimate`` as the CUDA
     runs before 2026-11-26 drew it (shared memory judged by TVM's verifier alone)."""
-    from templates.meta_schedule_space import MetaScheduleSpace
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     options = {} if shared_memory_estimate else {"estimate_shared": False}
     return MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name, **options)

@@ -48,7 +48,7 @@ def trials_to_match_baseline(row: dict, guided: str, base: str, trials: int, tol
 def final_config(results) -> str | None:
     """The config (JSON text) of a run's fastest valid result, the one its final latency
     came from (the first, on a tie); None where nothing ran."""
-    from templates import config_to_json
+    from autotune.templates import config_to_json
 
     ran = [r for r in results if r.ok]
     return config_to_json(min(ran, key=lambda r: r.latency).config) if ran else None

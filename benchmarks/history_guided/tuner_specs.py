@@ -46,7 +46,7 @@ def make_run_tuner(spec: str, space, layer, seed: int, priors):
     """The tuner a ``--tuners`` entry names, with its options, for one seed. An unknown
     tuner or option, or options that do not go together, end the benchmark with one line
     (history and the measurement file keep what was measured)."""
-    from search import make_tuner
+    from autotune.search import make_tuner
 
     name, opts = parse_tuner(spec)
     try:
