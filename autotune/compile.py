@@ -131,7 +131,21 @@ def check_output_path(out: str | os.PathLike) -> Path:
         raise AutotuneError(f"cannot write {out}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise AutotuneError(f"cannot write {out}: directory {ancestor} is not writable")
+    _probe_writable(out, ancestor)
     return out
+
+
+def _probe_writable(out: Path, folder: Path) -> None:
+    """Write (and remove) a file in ``folder``: permission bits do not tell, for root, a
+    read-only mount, root-squashed NFS or /proc, which were found once a whole tune had
+    run (with a traceback, for a report folder)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".autotune-probe-"):
+            pass
+    except OSError as err:
+        raise AutotuneError(f"cannot write {out}: {folder} takes no new file ({err.strerror or err})") from None
 
 
 def check_output_dir(folder: str | os.PathLike) -> Path:

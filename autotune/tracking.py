@@ -124,6 +124,8 @@ def open_client(uri: str | None = None) -> tuple["MlflowClient", str]:
     # A tuner should not phone home; users can still opt in by setting the variable to false.
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     db = _sqlite_path(resolved)
+    if db is not None:
+        _check_sqlite_store(db, resolved)
     try:
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +141,25 @@ def open_client(uri: str | None = None) -> tuple["MlflowClient", str]:
             ) from None
         raise AutotuneError(f"cannot open MLflow tracking store {resolved}: {_one_line(exc)}") from None
     return client, resolved
+
+
+def _check_sqlite_store(db: Path, uri: str) -> None:
+    """An SQLite store MLflow cannot open, said in a line at once: MLflow retried one that
+    is a directory, or in /proc, for about 105 s before its error."""
+    import sqlite3
+
+    from autotune.compile import check_output_path
+
+    try:
+        if not db.exists():
+            check_output_path(db)
+            return
+        if not db.is_file():
+            raise AutotuneError(f"{db} is not a file")
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            conn.execute("pragma schema_version")
+    except (AutotuneError, sqlite3.Error) as err:
+        raise AutotuneError(f"cannot open MLflow tracking store {uri}: {err}") from None
 
 
 def _clean_value(value: Any) -> Any:

@@ -534,6 +534,17 @@ def test_tune_report_folder_that_is_a_file_refused_before_tuning(capsys, env):
     assert not (env / "tune.db").exists() and (env / "afile").read_text() == "x"
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir() or os.geteuid() != 0, reason="the bits deceive root, on Linux")
+def test_a_folder_that_takes_no_file_whatever_its_permission_bits_is_refused_before_tuning(capsys, env):
+    """/proc (or a read-only mount, or root-squashed NFS) looks writable to root by its
+    bits: a report folder there failed with a traceback once a whole tune had run, an
+    export with an error line."""
+    _user_error(capsys, _tune("--target", "llvm", "--out-dir", "/proc/autotune-report"), contains=("/proc takes no new file",))
+    _user_error(capsys, _tune("--target", "llvm", "-o", "/proc/m.so"), contains=("cannot write /proc/m.so: /proc takes no new file",))
+    assert not (env / "tune.db").exists()
+    assert not [p for p in env.iterdir() if p.name.startswith(".autotune-probe-")]
+
+
 def test_an_input_shape_the_model_cannot_take_is_one_line_and_nothing_else(capfd, env, dyn_model):
     """TVM's frontend printed which operator failed on standard output, and its C++ side
     warned of a half-built module on standard error, around the one line."""

@@ -279,6 +279,30 @@ def test_unreachable_store_is_one_line_error(tmp_path: Path) -> None:
     assert "\n" not in str(info.value) and "tracking store" in str(info.value)
 
 
+@pytest.mark.parametrize("case", ["directory", "not a database", "unwritable folder"])
+def test_an_sqlite_store_mlflow_cannot_open_is_refused_before_mlflow_tries(tmp_path: Path, case: str) -> None:
+    """MLflow retried such a store for about 105 s before its error; said at once here,
+    by autotune's own check (MLflow's message would not name the cause so)."""
+    db = tmp_path / "ml.db"
+    if case == "directory":
+        db.mkdir()
+        want = f"{db} is not a file"
+    elif case == "not a database":
+        db.write_text("plain text")
+        want = "file is not a database"
+    else:
+        if not Path("/proc/self").is_dir():
+            pytest.skip("needs /proc")
+        db = Path("/proc/autotune-ml.db")
+        want = "cannot write /proc/autotune-ml.db"
+    with pytest.raises(AutotuneError) as info:
+        Tracker.create(True, f"sqlite:///{db.as_posix()}")
+    assert str(info.value).startswith(f"cannot open MLflow tracking store sqlite:///{db.as_posix()}: ")
+    assert want in str(info.value) and "\n" not in str(info.value)
+    if case == "not a database":
+        assert db.read_text() == "plain text"
+
+
 def test_file_store_refused_with_the_way_out_then_usable_when_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MLflow refuses ``file:`` stores unless MLFLOW_ALLOW_FILE_STORE is set; the error
     names both ways out, and once allowed, layer runs named by TVM (its ``str``
