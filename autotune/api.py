@@ -20,11 +20,13 @@ Heavy imports (TVM, MLflow, XGBoost) wait until a function is called.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from autotune.errors import AutotuneError, OptionError, check_choice, check_count, first_line, quoted
+from autotune.errors import AutotuneError, OptionError, check_choice, check_count, check_flag, first_line, quoted
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.measure import MeasureOptions
 from autotune.target import TargetSpec
@@ -37,6 +39,24 @@ Progress = Literal["quiet", "rich", "json"]
 
 _TUNE_FIELDS = frozenset(f.name for f in dataclasses.fields(TuneOptions))
 _MEASURE_FIELDS = frozenset(f.name for f in dataclasses.fields(MeasureOptions))
+
+
+def _user_errors(fn):
+    """History's own errors (a missing or unreachable store) raised as the
+    :class:`AutotuneError` this module promises; they escaped as ``HistoryError``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            from autotune.history import HistoryError
+
+            if isinstance(err, HistoryError):
+                raise AutotuneError(str(err)) from err
+            raise
+
+    return wrapper
 
 
 def tune_options(**options: Any) -> TuneOptions:
@@ -57,6 +77,7 @@ def tune_options(**options: Any) -> TuneOptions:
     return TuneOptions(**options)
 
 
+@_user_errors
 def tune(
     model: str | os.PathLike,
     *,
@@ -66,6 +87,7 @@ def tune(
     out_dir: str | os.PathLike | None = None,
     mlflow: bool = True,
     mlflow_uri: str | None = None,
+    mlflow_experiment: str | None = None,
     input_shapes: Shapes | None = None,
     size: int | None = None,
     batch_size: int | None = None,
@@ -78,8 +100,8 @@ def tune(
     ``repeat=5``, ``rpc="host:9190:key"``, ...). Every measurement goes to ``history``
     (default ``$AUTOTUNE_HISTORY`` or ``~/.autotune/history.db``) as it is made; the
     report is written to ``out_dir`` (default ``~/.autotune/runs/RUN_ID``, given back as
-    ``report_dir``) and, with ``mlflow``, logged as an MLflow run (``mlflow_run_id``).
-    With ``out``, the tuned model is compiled and exported there too (``export``).
+    ``report_dir``) and, with ``mlflow``, logged as an MLflow run (``mlflow_run_id``) in
+    ``mlflow_experiment`` (default ``$MLFLOW_EXPERIMENT_NAME`` or ``autotune``). With ``out``, the tuned model is compiled and exported there too (``export``).
     """
     from autotune.progress import make_reporter
     from autotune.report import run_dir
@@ -87,7 +109,14 @@ def tune(
     from autotune.tune import TuneSession, ensure_measurable, load_layers
     from autotune.history import open_history
 
+    _refuse_unknown(options)
+    _check_path(model, "model", required=True)
+    for name, value in (("history", history), ("out", out), ("out_dir", out_dir), ("mlflow_uri", mlflow_uri)):
+        _check_path(value, name)
     opts = tune_options(**options)
+    check_flag(mlflow, "mlflow")
+    if mlflow_experiment is not None and (not isinstance(mlflow_experiment, str) or not mlflow_experiment.strip()):
+        raise OptionError(f"{{mlflow_experiment}} must be an experiment's name, got {quoted(mlflow_experiment)}", "mlflow_experiment")
     check_choice(progress, "progress", ("quiet", "rich", "json"))
     shapes = _input_shapes(input_shapes)
     _check_model_size(size, batch_size)
@@ -109,7 +138,7 @@ def tune(
     # The model, then MLflow, then history: a model that will not load, or a store MLflow
     # refuses, must not leave a new, empty history (or a failed MLflow run) behind
     loaded = load_layers(str(model), input_shapes=shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)
-    tracker = Tracker.create(mlflow, mlflow_uri)
+    tracker = Tracker.create(mlflow, mlflow_uri, mlflow_experiment)
     store = open_history(history)
     session = TuneSession(spec, store, opts, tracker=tracker, reporter=make_reporter(progress))
     try:
@@ -140,6 +169,7 @@ def tune(
     return report
 
 
+@_user_errors
 def compile(
     model: str | os.PathLike,
     out: str | os.PathLike,
@@ -159,6 +189,9 @@ def compile(
     from autotune.compile import compile_model
     from autotune.history import open_history
 
+    _check_path(model, "model", required=True)
+    _check_path(out, "out", required=True)
+    _check_path(history, "history")
     check_choice(batch_norm, "batch_norm", BATCH_NORM_LAYERINGS)
     shapes = _input_shapes(input_shapes)
     _check_model_size(size, batch_size)
@@ -174,6 +207,7 @@ def compile(
             store.close()
 
 
+@_user_errors
 def run(
     module: str | os.PathLike,
     *,
@@ -203,6 +237,10 @@ def run(
     check_count(repeat, "repeat")
     check_count(rtol, "rtol", zero_ok=True, integer=False)
     check_count(atol, "atol", zero_ok=True, integer=False)
+    _check_path(module, "module", required=True)
+    for name, value in (("check", check), ("save_outputs", save_outputs)):
+        _check_path(value, name)
+    check_flag(return_outputs, "return_outputs")
     meta = load_metadata(module)
     if inputs is None:
         feed, source = seeded_inputs(meta, seed), f"seed {seed}"
@@ -268,6 +306,7 @@ def _half_precision_check(proto, feed, outputs, want, matched, *, atol: float) -
     return judged_against_float32(outputs, want, onnx_reference(wide, widen_inputs(feed)), matched, atol=atol)
 
 
+@_user_errors
 def layers(
     model: str | os.PathLike,
     *,
@@ -288,6 +327,7 @@ def layers(
     return {"model": spec.name, "inputs": spec.input_shapes, "layers": decompose.decompose(mod, batch_size=spec.batch_size)}
 
 
+@_user_errors
 def report(run: str | os.PathLike, *, mlflow_uri: str | None = None) -> dict[str, Any]:
     """An earlier tune's report: ``run`` is the run id :func:`tune` gave back (``run_id``),
     its report directory, or its MLflow run id."""
@@ -296,15 +336,43 @@ def report(run: str | os.PathLike, *, mlflow_uri: str | None = None) -> dict[str
     return reporting.load_report(str(run), mlflow_uri)
 
 
+@_user_errors
 def info(history: str | None = None, *, mlflow_uri: str | None = None) -> dict[str, Any]:
     """What this machine offers: package versions, the target ``auto`` resolves to and
     its history key, GPU, nvcc and NVRTC, and where history and MLflow runs live."""
     from autotune.info import environment
 
+    _check_path(history, "history")
+    _check_path(mlflow_uri, "mlflow_uri")
     return environment(history, mlflow_uri=mlflow_uri)
 
 
 # --- helpers ----------------------------------------------------------------------------
+_TUNE_KEYWORDS = ("target", "history", "out", "out_dir", "mlflow", "mlflow_uri", "mlflow_experiment", "input_shapes", "size",
+                  "batch_size", "progress")
+
+
+def _refuse_unknown(options: Mapping[str, Any]) -> None:
+    """A mistyped keyword of :func:`tune`, said with the nearest known one: the list of
+    option fields alone pointed someone who wrote ``histroy`` away from ``history``."""
+    known = sorted((_TUNE_FIELDS | _MEASURE_FIELDS | set(_TUNE_KEYWORDS)) - {"measure"})
+    unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise TypeError(
+            f"tune() got an unknown keyword {unknown[0]!r}{hint}; it takes {', '.join(known)}"
+        )
+
+
+def _check_path(value: Any, name: str, *, required: bool = False) -> None:
+    """A file name or URL: ``history=123`` or ``out=None`` failed deep in pathlib."""
+    if value is None and not required:
+        return
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise OptionError(f"{{{name}}} must be a path{'' if required else ' or None'}, got {quoted(value)}", name)
+
+
 def _target(target: str | TargetSpec) -> TargetSpec:
     from autotune.target import resolve_target
 
@@ -314,6 +382,9 @@ def _target(target: str | TargetSpec) -> TargetSpec:
 def _input_shapes(shapes: Shapes | None) -> dict[str, tuple[int, ...]]:
     """Fixed shapes for named inputs; each dimension a positive integer."""
     fixed: dict[str, tuple[int, ...]] = {}
+    if shapes is not None and not isinstance(shapes, Mapping):
+        raise OptionError(f"{{input_shapes}} maps input names to shapes, e.g. {{{{'input': (1, 3, 224, 224)}}}}, got {quoted(shapes)}",
+                          "input_shapes")
     for name, dims in (shapes or {}).items():
         dims = tuple(dims) if isinstance(dims, (list, tuple)) else ()
         if not isinstance(name, str) or not dims or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in dims):

@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", help="where the report, CSV and plot go (default ~/.autotune/runs/RUN_ID)")
     p.add_argument("--out", "-o", help="also compile the tuned model and export it here (e.g. model.so)")
     p.add_argument("--mlflow-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or a local store in ~/.autotune)")
+    p.add_argument("--mlflow-experiment", metavar="NAME", help="MLflow experiment (default $MLFLOW_EXPERIMENT_NAME or autotune)")
     p.add_argument("--no-mlflow", action="store_true", help="do not record the run in MLflow")
     p.add_argument("--quiet", action="store_true", help="no progress (bars, or with --json the event lines before the report)")
     _json_arg(p)
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="versions, targets, GPU/nvcc/NVRTC, where history and MLflow runs live")
     _history_arg(p)
-    p.add_argument("--mlflow-uri")
+    p.add_argument("--mlflow-uri", help="the MLflow tracking URI to describe (default $MLFLOW_TRACKING_URI or the local store in ~/.autotune)")
     _json_arg(p)
     p.set_defaults(func=cmd_info)
 
@@ -166,13 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(h)
     h.set_defaults(func=cmd_history_runs)
     h = hsub.add_parser("show", help="the records of one workload (key or unique prefix)")
-    h.add_argument("key")
-    h.add_argument("--limit", type=int, default=50)
+    h.add_argument("key", help="a workload key as `history ls` shows it, or a unique prefix")
+    h.add_argument("--limit", type=int, default=50, help="the N most recent records (default 50; `history best KEY` gives the best)")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_show)
     h = hsub.add_parser("best", help="the best record of one workload")
-    h.add_argument("key")
+    h.add_argument("key", help="a workload key as `history ls` shows it, or a unique prefix")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_best)
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="print a tuning run's summary again and write its plots")
     p.add_argument("run", help="the run id tune printed, a run directory holding report.json, or an MLflow run id")
-    p.add_argument("--mlflow-uri")
+    p.add_argument("--mlflow-uri", help="the MLflow tracking URI the run is in (default $MLFLOW_TRACKING_URI or the local store in ~/.autotune)")
     p.add_argument("--out-dir", help="where to write the plot and CSV (default: a folder named after the run)")
     _json_arg(p)
     p.set_defaults(func=cmd_report)
@@ -231,7 +232,7 @@ def cmd_tune(args) -> int:
     mode = "quiet" if args.quiet else ("json" if args.json else "rich")
     report = api.tune(
         args.model, target=args.target, history=args.history, out=args.out, out_dir=args.out_dir,
-        mlflow=not args.no_mlflow, mlflow_uri=args.mlflow_uri, input_shapes=parse_input_shapes(args.input_shape),
+        mlflow=not args.no_mlflow, mlflow_uri=args.mlflow_uri, mlflow_experiment=args.mlflow_experiment, input_shapes=parse_input_shapes(args.input_shape),
         size=args.size, batch_size=args.batch_size, progress=mode,
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
@@ -443,14 +444,16 @@ def _record_dict(rec) -> dict[str, Any]:
 
 
 def cmd_history_show(args) -> int:
+    from autotune.errors import check_count
     from autotune.progress import format_latency
     from autotune.history import open_history
 
+    check_count(args.limit, "limit")
     with open_history(args.history, create=False, readonly=True) as store:
         key = _resolve_key(store, args.key)
         recs = store.records(workload_key=key)
         w = store.workload(key)
-    recs = recs[-args.limit:] if args.limit > 0 else []
+    recs = recs[-args.limit:]
     if args.json:
         print(json.dumps({"workload": {"key": w.key, "op_class": w.op_class, "descriptor": w.descriptor, "flops": w.flops}, "records": [_record_dict(r) for r in recs]}))
         return 0

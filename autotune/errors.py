@@ -42,6 +42,12 @@ def check_count(value, name: str, *, zero_ok: bool = False, integer: bool = True
         raise OptionError(f"{{{name}}} must be {need}, got {quoted(value)}", name)
 
 
+def check_flag(value, name: str) -> None:
+    """True or False: a string such as "no" was taken as true (``probes="no"`` probed)."""
+    if not isinstance(value, bool):
+        raise OptionError(f"{{{name}}} must be True or False, got {quoted(value)}", name)
+
+
 def check_choice(value, name: str, choices) -> None:
     if value not in choices:
         raise OptionError(f"{{{name}}} must be one of {', '.join(map(str, choices))}, got {quoted(value)}", name)

@@ -18,6 +18,7 @@ import shutil
 import socket
 import statistics
 import struct
+import subprocess
 import tempfile
 import time
 import weakref
@@ -69,8 +70,11 @@ class MeasureOptions:
     once_per_program: bool = True
 
     def __post_init__(self) -> None:
-        from autotune.errors import check_count
+        from autotune.errors import OptionError, check_count, check_flag, quoted
 
+        check_flag(self.once_per_program, "once_per_program")
+        if self.rpc is not None and not isinstance(self.rpc, str):
+            raise OptionError(f"{{rpc}} must be 'host:port:key', got {quoted(self.rpc)}", "rpc")
         check_count(self.repeat, "repeat")
         check_count(self.number, "number")
         check_count(self.min_repeat_ms, "min_repeat_ms", zero_ok=True)
@@ -276,7 +280,13 @@ class Measurer:
             # "killed after session_timeout_sec" message notwithstanding. Same pool, bounded:
             # the server ends a session at run_timeout; the rest is request and upload.
             _shut_down(runner.pool)
-            runner.pool = PopenPoolExecutor(max_workers=1, timeout=2 * opts.run_timeout + _RPC_GRACE_S)
+            # its worker's stderr is TVM's retry chatter and threads' tracebacks (a tracker
+            # gone mid-tune printed some 18 warnings and two tracebacks before the one line
+            # that says so); what a candidate did comes back through the pool, as with
+            # LocalRunner, whose worker's stderr TVM sends to null too
+            runner.pool = PopenPoolExecutor(
+                max_workers=1, timeout=2 * opts.run_timeout + _RPC_GRACE_S, stderr=subprocess.DEVNULL
+            )
             return runner
         return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=self._evaluator)
 

@@ -470,6 +470,23 @@ def _tagged_run(client: Any, autotune_run_id: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+def _why_no_report(run) -> str:
+    """Why an MLflow run holds no report: a layer of a tune (whose parent has it), or a
+    tune that ended before writing one. 'has no report.json artifact' said neither."""
+    tags = run.data.tags
+    parent = tags.get("mlflow.parentRunId")
+    if parent:
+        return f"MLflow run {run.info.run_id} is layer {run.info.run_name!r} of tune run {parent}: report that one"
+    status = run.info.status
+    where = f"autotune run {tags['autotune.run_id']}" if tags.get("autotune.run_id") else "the run"
+    if status in ("KILLED", "FAILED"):
+        return (f"MLflow run {run.info.run_id} ended {status.lower()} before its report was written; what {where} "
+                "measured is in history (`autotune history runs`)")
+    if status == "RUNNING":
+        return f"MLflow run {run.info.run_id} is still running (or was killed outright): no report yet"
+    return f"MLflow run {run.info.run_id} has no {REPORT_JSON} artifact"
+
+
 def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None) -> dict[str, Any]:
     """Load a report from a directory (or file) holding report.json, from an autotune run id
     (what ``tune`` and ``history runs`` print), or from an MLflow run id.
@@ -503,7 +520,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
             from mlflow.exceptions import MlflowException
 
             try:
-                client.get_run(run_id)
+                found = client.get_run(run_id)
             except MlflowException as exc:
                 if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                     raise
@@ -513,13 +530,12 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
                         f"{run_id!r} is neither a directory with {REPORT_JSON} nor a run in tracking store {uri}"
                     ) from None
                 run_id = tagged
+                found = client.get_run(run_id)
             with tempfile.TemporaryDirectory(prefix="autotune-report-") as tmp:
                 try:
                     local = client.download_artifacts(run_id, REPORT_JSON, tmp)
-                except Exception as exc:  # a missing artifact surfaces as various mlflow/OS errors
-                    raise AutotuneError(
-                        f"run {run_id} has no {REPORT_JSON} artifact ({type(exc).__name__})"
-                    ) from None
+                except Exception:  # a missing artifact surfaces as various mlflow/OS errors
+                    raise AutotuneError(_why_no_report(found)) from None
                 return _read_report_file(Path(local))
     except AutotuneError:
         raise

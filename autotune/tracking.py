@@ -21,7 +21,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Sequence
 
 from autotune.errors import AutotuneError
 
@@ -50,6 +50,11 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{(_home() / 'mlruns' / DB_NAME).as_posix()}"
 
 
+#: MLflow's tracking URIs without a scheme (Databricks workspaces): not a folder of that
+#: name in the working directory, which is what they became
+_BARE_URIS = frozenset({"databricks", "databricks-uc", "uc"})
+
+
 def _has_scheme(uri: str) -> bool:
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri) is not None and not re.match(r"^[A-Za-z]:[\\/]", uri)
 
@@ -61,7 +66,7 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     .db/.sqlite is used as the sqlite file and any other path as a directory holding mlflow.db.
     """
     chosen = (uri or os.environ.get("MLFLOW_TRACKING_URI") or "").strip() or default_tracking_uri()
-    if _has_scheme(chosen):
+    if _has_scheme(chosen) or chosen in _BARE_URIS:
         return chosen
     path = Path(chosen).expanduser().resolve()
     if path.suffix.lower() not in {".db", ".sqlite", ".sqlite3"}:
@@ -184,6 +189,13 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
     for key in ("budget", "budget_split", "probes", "history", "tuner", "batch_norm"):
         if report.get(key) is not None:
             params[key] = report[key]
+    # the rest of the options, by their names, so a run can be made again from its params
+    options = report.get("options")
+    if isinstance(options, Mapping):
+        flat = {**{k: v for k, v in options.items() if k != "measure"}, **(options.get("measure") or {})}
+        for key, value in flat.items():
+            if key not in params and key != "trials":  # trials is the budget
+                params[key] = value
     versions = report.get("versions")
     if isinstance(versions, Mapping):
         for name, version in versions.items():
@@ -203,11 +215,14 @@ class Tracker:
     experiment_id: str | None = None
 
     @classmethod
-    def create(cls, enabled: bool, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> "Tracker":
-        """A live tracker on the resolved store, or a no-op when `enabled` is false (mlflow not imported)."""
+    def create(cls, enabled: bool, uri: str | None = None, experiment: str | None = None) -> "Tracker":
+        """A live tracker on the resolved store, or a no-op when `enabled` is false (mlflow not imported).
+
+        ``experiment``: the argument, then ``MLFLOW_EXPERIMENT_NAME`` (as MLflow itself
+        reads it; it was ignored), then :data:`DEFAULT_EXPERIMENT`."""
         if not enabled:
             return Tracker()
-        return MlflowTracker(uri, experiment)
+        return MlflowTracker(uri, experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT)
 
     @property
     def run_id(self) -> str | None:
@@ -261,6 +276,12 @@ class Tracker:
 
     def end(self, status: Status = "FINISHED") -> None:
         """Close any open layer run and the parent run with this status; safe to call twice."""
+
+    def mark_killed(self, autotune_run_ids: Sequence[str]) -> list[str]:
+        """End as KILLED the runs (and their layers' runs) of tunes killed outright, which
+        history found gone: in MLflow they stayed RUNNING for good. Returns the MLflow run
+        ids ended; only runs in this tracker's store are seen."""
+        return []
 
     def __enter__(self) -> "Tracker":
         return self
@@ -494,6 +515,31 @@ class MlflowTracker(Tracker):
             for run, metrics in by_run.items():
                 for i in range(0, len(metrics), _BATCH_MAX):
                     self._client.log_batch(run, metrics=metrics[i : i + _BATCH_MAX])
+
+    def mark_killed(self, autotune_run_ids: Sequence[str]) -> list[str]:
+        from autotune.report import _RUN_ID
+
+        ids = [i for i in autotune_run_ids if _RUN_ID.fullmatch(i)]
+        if not ids:
+            return []
+        ended: list[str] = []
+        # best effort: a store that will not say is no reason to stop the tune starting now
+        with contextlib.suppress(Exception), _quiet_mlflow():
+            experiments = [e.experiment_id for e in self._client.search_experiments()]
+            parents = [
+                run for i in ids for run in self._client.search_runs(
+                    experiments, filter_string=f"tags.`autotune.run_id` = '{i}' and attributes.status = 'RUNNING'"
+                )
+            ]
+            for parent in parents:
+                children = self._client.search_runs(
+                    experiments,
+                    filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and attributes.status = 'RUNNING'",
+                )
+                for run in [*children, parent]:
+                    self._client.set_terminated(run.info.run_id, "KILLED")
+                    ended.append(run.info.run_id)
+        return ended
 
     def end(self, status: Status = "FINISHED") -> None:
         if self._ended or self._parent is None:

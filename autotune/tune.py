@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.budget import BUDGET_SPLITS, LayerProgress, estimate_seconds, make_schedule, roofline_seconds
-from autotune.errors import AutotuneError, OptionError, check_choice, check_count, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
+from autotune.errors import AutotuneError, OptionError, check_choice, check_count, check_flag, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
@@ -66,6 +66,8 @@ class TuneOptions:
         if self.max_layers is not None:
             check_count(self.max_layers, "max_layers")
         check_count(self.seed, "seed", zero_ok=True)
+        for name in ("verify", "model_latency", "probes", "rematch"):
+            check_flag(getattr(self, name), name)
         check_choice(self.tuner, "tuner", ("auto", *TUNERS))
         check_choice(self.batch_norm, "batch_norm", BATCH_NORM_LAYERINGS)
         check_choice(self.budget_split, "budget_split", BUDGET_SPLITS)
@@ -241,19 +243,26 @@ class TuneSession:
             "roofline": peaks.to_dict(),
             # where candidates, winners' checks and the model timing ran (None: this machine)
             "rpc": opts.measure.rpc,
+            # every option as given, the run's record of how to make it again (the seed,
+            # repeat and the batch were nowhere before)
+            "options": asdict(opts),
+            # None unless timed (``model_latency``), not absent: a reader's key stays there
+            "model_latency_before": None,
+            "model_latency_after": None,
             "layers": [],
         }
         self.decomposition = layers
         from autotune.tracking import report_params
 
         self.tracker.start(f"tune-{spec.name}", params=report_params(report), tags={"autotune.run_id": self.run_id})
-        close_stale_runs(self.store)
+        self.tracker.mark_killed(close_stale_runs(self.store))
         hint = history_layering_hint(self.store, spec, target_key=self.target.key, batch_norm=opts.batch_norm)
         if hint:
             report["history_note"] = hint
         self.store.start_run(
             self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
-            params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "budget_split": opts.budget_split, "probes": opts.probes, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname()},
+            params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "budget_split": opts.budget_split, "probes": opts.probes, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname(),
+                    "options": report["options"]},
         )
         status = "failed"
         outcomes: dict[str, dict[str, Any]] = {}
@@ -441,7 +450,8 @@ class TuneSession:
         out = self._layer_outcome(layer, m, decision)
         self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
         out["default_latency"] = progress.default_s  # timed for every pending layer before tuning
-        self.tracker.open_layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
+        # its tuner is a param once the layer closes: the budget may not reach it
+        self.tracker.open_layer(layer.name, params={"op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
         tuner, earlier = self._layer_tuner(layer, space, m, decision, out)
         out["resumed"] = sum(1 for r in earlier if r.status != "invalid")
         best = min((r.latency_median for r in earlier if r.ok), default=None)
@@ -568,7 +578,11 @@ class TuneSession:
         else:
             out["best_latency"] = None
         out["speedup"] = _ratio(out.get("default_latency"), out.get("best_latency"))
-        self.tracker.log_params({"trials_budget": out["budget"]}, layer=layer.name)
+        from autotune.report import budget_ran_out
+
+        if budget_ran_out(out):
+            out["tuner"] = None  # none ran (dispatch still says which it would have been)
+        self.tracker.log_params({"trials_budget": out["budget"], "tuner": out["tuner"]}, layer=layer.name)
         self.tracker.close_layer(layer.name, "FINISHED")
         self.reporter.end_layer(layer.name, out)
         return out

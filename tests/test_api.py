@@ -35,6 +35,10 @@ from tests.test_e2e import _small_cnn
         ({"low": float("nan")}, "are match scores"),
         ({"probe_at": 1.5}, "probe_at is a match score"),
         ({"measure": {"repeat": 5}}, "measure must be a MeasureOptions, got dict"),
+        ({"probes": "no"}, "probes must be True or False, got 'no'"),  # was taken as true
+        ({"verify": 0}, "verify must be True or False, got 0"),
+        ({"rematch": None}, "rematch must be True or False"),
+        ({"model_latency": "false"}, "model_latency must be True or False"),
     ],
 )
 def test_tune_options_refuse_bad_values(options, words):
@@ -56,10 +60,14 @@ def test_tune_options_refuse_bad_values(options, words):
         ({"build_timeout": -1}, "build_timeout must be a positive number"),
         ({"build_workers": -1}, "build_workers must be 0 or more"),
         ({"min_repeat_ms": True}, "min_repeat_ms must be 0 or more"),
+        ({"once_per_program": "x"}, "once_per_program must be True or False, got 'x'"),
+        ({"rpc": ("127.0.0.1", 9190, "k")}, "rpc must be 'host:port:key', got ('127.0.0.1', 9190, 'k')"),
     ],
 )
 def test_measure_options_refuse_bad_values(options, words):
-    with pytest.raises(OptionError, match=words):
+    import re
+
+    with pytest.raises(OptionError, match=re.escape(words)):
         MeasureOptions(**options)
 
 
@@ -94,6 +102,28 @@ def test_a_users_history_py_or_search_py_beside_the_script_stands_in_for_nothing
     assert done.stdout.split() == ["0", "True", "autotune.templates.space", "0"]
 
 
+def test_history_and_argument_type_errors_are_autotune_errors(tmp_path):
+    """The module promises AutotuneError for bad input: a missing or unreachable history
+    raised the history package's own error, and wrongly typed arguments AttributeError or
+    TypeError from deep inside (pathlib, the store's URL parsing)."""
+    with pytest.raises(AutotuneError, match=f"no history at {tmp_path / 'missing.db'}"):
+        api.compile("resnet18", tmp_path / "m.so", target="llvm", history=str(tmp_path / "missing.db"), size=32)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(AutotuneError, match="cannot create history"):
+        api.tune("resnet18", size=32, target="llvm", mlflow=False, history=str(tmp_path / "afile" / "h.db"), trials=1)
+    for call, words in [
+        (lambda: api.tune("resnet18", history=123, mlflow=False), "history must be a path or None, got 123"),
+        (lambda: api.tune("resnet18", input_shapes=[(1, 3, 32, 32)], mlflow=False), "input_shapes maps input names to shapes"),
+        (lambda: api.tune("resnet18", mlflow="no"), "mlflow must be True or False"),
+        (lambda: api.compile("resnet18", None), "out must be a path, got None"),
+        (lambda: api.run(42), "module must be a path, got 42"),
+        (lambda: api.info(history=3.5), "history must be a path or None, got 3.5"),
+    ]:
+        with pytest.raises(OptionError, match=words):
+            call()
+    assert not list(tmp_path.glob("*.db")) and not (tmp_path / "m.so").exists()
+
+
 def test_defaults_pass():
     assert TuneOptions().trials == 64 and TuneOptions(high=1.0, low=0.0, max_layers=3).high == 1.0
 
@@ -103,6 +133,9 @@ def test_tune_options_take_measure_fields_flat():
     assert opts.trials == 8 and opts.measure == MeasureOptions(repeat=2, run_timeout=5.0)
     with pytest.raises(TypeError, match="unknown tune option 'trails'"):
         api.tune_options(trails=8)
+    # tune()'s own keywords are named too, and the nearest one to a slip
+    with pytest.raises(TypeError, match=r"unknown keyword 'histroy' \(did you mean 'history'\?\); it takes .*out_dir"):
+        api.tune("resnet18", histroy="h.db")
     with pytest.raises(TypeError, match="not both"):
         api.tune_options(repeat=2, measure=MeasureOptions())
 

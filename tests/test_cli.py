@@ -355,7 +355,9 @@ def test_history_show_and_best(capsys, populated_history):
     assert main(["history", "show", key[:6], "--history", path, "--json", "--limit", "2"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["workload"]["key"] == key
-    assert len(data["records"]) == 2
+    assert [r["config"] for r in data["records"]] == [{"i": 1}, {"i": 2}]  # the two most recent, as its help says
+    for bad in ("0", "-1"):  # printed the header alone, exit 0
+        _user_error(capsys, ["history", "show", key[:6], "--history", path, "--limit", bad], contains=("--limit must be a positive integer",))
     assert main(["history", "best", key[:6], "--history", path, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)
     assert len(best) == 1 and best[0]["config"] == {"i": 0}

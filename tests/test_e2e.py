@@ -110,6 +110,12 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
     (line,) = capsys.readouterr().out.strip().splitlines()  # --quiet: the report, no progress events
     report = json.loads(line)
     assert report["event"] == "report"
+    # not timed, and said so by null (the keys were missing: a reader's KeyError)
+    assert report["model_latency_before"] is None and report["model_latency_after"] is None
+    # every option as given, to make the run again (the seed, repeat and batch were nowhere)
+    assert report["options"]["seed"] == 0 and report["options"]["batch"] == 8 and report["options"]["measure"]["repeat"] == 5
+    with open_history(str(history), readonly=True) as store:
+        assert store.runs()[-1]["params"]["options"] == report["options"]
     # the layer tuned now was built and timed; the report says for how long
     assert any(layer["trials"] > 0 for layer in report["layers"])
     assert report["measure_seconds"]["build"] > 0 and report["measure_seconds"]["run"] > 0
@@ -149,6 +155,9 @@ def test_layers_history_covers_leave_the_whole_budget_to_the_others(tmp_path, ca
     # --max-layers counts the layers still to tune, not the ones history covers
     covered = {name for name, l in second.items() if l["trials"] > 0} | {tuned_first}
     assert len(covered) < len(second)  # 8 trials at 4 a layer did not reach every layer
+    # a layer the budget did not reach names no tuner (it named the one it would have had)
+    assert all(l["tuner"] is None for name, l in second.items() if name not in covered)
+    assert all(l["tuner"] == "random" for name, l in second.items() if l["trials"] > 0)
     third = tune("--trials", "4", "--max-layers", "1")
     assert {name for name, l in third.items() if l["dispatch"] == "exact"} == covered
     assert sorted(l["trials"] for l in third.values()) == [0] * len(covered) + [4]
@@ -181,6 +190,9 @@ def test_mlflow_run_recorded(tuned, workdir):
     client = MlflowClient(tracking_uri=f"sqlite:///{mlruns}")
     run = client.get_run(report["mlflow_run_id"])
     assert run.data.params["model"] == "small"
+    # every option, by its name (seed, repeat, batch... were not params)
+    assert {k: run.data.params.get(k) for k in ("seed", "batch", "repeat", "min_trials", "verify", "high")} == {
+        "seed": "0", "batch": "4", "repeat": "5", "min_trials": "4", "verify": "True", "high": "0.8"}
     history = client.get_metric_history(run.info.run_id, "model_latency_after_ms")
     assert history and history[-1].value > 0
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -196,6 +208,7 @@ def test_mlflow_run_recorded(tuned, workdir):
     for r in layers:
         entry = next(l for l in report["layers"] if l["name"] == r.data.tags["autotune.layer"])
         assert r.info.status == "FINISHED" and r.data.params["trials_budget"] == str(entry["budget"])
+        assert r.data.params.get("tuner") == entry["tuner"]  # logged once the layer closes: None logs none
         logged = client.get_metric_history(r.info.run_id, "best_latency_ms")
         assert max((m.step for m in logged), default=0) == entry["trials"]
 
@@ -225,8 +238,9 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
 
     model = _small_cnn(workdir / "small2.onnx")
     history = workdir / "killed.db"
+    mlflow_uri = f"sqlite:///{workdir / 'killed_mlruns' / 'mlflow.db'}"
     cmd = [sys.executable, "-m", "autotune", "tune", str(model), "--target", "llvm", "--trials", "400",
-           "--batch", "2", "--tuner", "random", "--history", str(history), "--no-mlflow", "--quiet",
+           "--batch", "2", "--tuner", "random", "--history", str(history), "--mlflow-uri", mlflow_uri, "--quiet",
            "--no-model-latency", "--no-verify"]
     env = dict(os.environ)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -257,7 +271,7 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     assert len(kept) >= n
     # resume: a new run only adds configs never measured before
     assert main(["tune", str(model), "--target", "llvm", "--trials", "8", "--batch", "4", "--tuner", "random",
-                 "--history", str(history), "--no-mlflow", "--quiet", "--no-model-latency", "--no-verify"]) == 0
+                 "--history", str(history), "--mlflow-uri", mlflow_uri, "--quiet", "--no-model-latency", "--no-verify"]) == 0
     with open_history(str(history), readonly=True) as store:
         after = [r for r in store.records() if r.tuner == "random"]
     keys = [(r.workload_key, json.dumps(r.config, sort_keys=True)) for r in after if r.status != "invalid"]
@@ -269,6 +283,14 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     # the killed run is recognised as such once its process is gone; the resume finished
     assert [r["status"] for r in runs] == ["killed", "finished"]
     assert runs[0]["n_records"] >= n
+    # and in MLflow, where it stayed RUNNING for good: its run and its open layer's
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_uri)
+    tracked = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    status = {(r.data.tags.get("autotune.run_id"), r.data.tags.get("mlflow.parentRunId") is None): r.info.status for r in tracked}
+    assert status[(runs[0]["run_id"], True)] == "KILLED" and status[(runs[1]["run_id"], True)] == "FINISHED"
+    assert not [r for r in tracked if r.info.status == "RUNNING"]
 
 
 def test_report_command_reprints_a_run(tuned, workdir, capsys):

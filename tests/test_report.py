@@ -233,6 +233,19 @@ def test_load_report_by_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         bare.start("bare")
     with pytest.raises(AutotuneError, match="no report.json artifact"):
         load_report(bare.run_id, tracking_uri=uri)
+    # one that ended first, and a layer's run: said so, not 'has no report.json artifact'
+    with pytest.raises(KeyboardInterrupt), Tracker.create(True, uri) as killed:
+        killed.start("tune-resnet18", tags={"autotune.run_id": "abc123"})
+        with killed.layer("fused_conv2d"):
+            layer_id = killed.current_run_id
+        raise KeyboardInterrupt
+    with pytest.raises(AutotuneError) as err:
+        load_report(killed.run_id, tracking_uri=uri)
+    assert str(err.value) == (f"MLflow run {killed.run_id} ended killed before its report was written; what autotune run "
+                              "abc123 measured is in history (`autotune history runs`)")
+    with pytest.raises(AutotuneError) as err:
+        load_report(layer_id, tracking_uri=uri)
+    assert str(err.value) == f"MLflow run {layer_id} is layer 'fused_conv2d' of tune run {killed.run_id}: report that one"
 
 
 # -- roofline -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ that the winner's check and the model timing ran there too (their uploads are na
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import socket
@@ -403,11 +404,9 @@ def test_remote_target_asks_the_server(rpc_setup):
 
 
 # --- a server that stops answering: an error, not a hang or a budget of timeouts ----------------
-@pytest.fixture
-def private_server(tmp_path):
-    """A tracker and a server of this test's own, so it can stop (SIGSTOP) the server as a
-    hung host looks: still listed, its port still accepts, it never answers. Yields the
-    address and the server's pid; the server is resumed and ended afterwards."""
+@contextlib.contextmanager
+def _private_rpc(tmp_path):
+    """A tracker and a server of the test's own: (address, the server's pid, the tracker)."""
     import os
     import signal
 
@@ -424,13 +423,22 @@ def private_server(tmp_path):
         _wait_registered("127.0.0.1", tracker.port, "private")
         pid = server.proc._proc.pid
         try:
-            yield f"127.0.0.1:{tracker.port}:private", pid
+            yield f"127.0.0.1:{tracker.port}:private", pid, tracker
         finally:
             os.kill(pid, signal.SIGCONT)
     finally:
         if server is not None:
             server.terminate()
         tracker.terminate()
+
+
+@pytest.fixture
+def private_server(tmp_path):
+    """A tracker and a server of this test's own, so it can stop (SIGSTOP) the server as a
+    hung host looks: still listed, its port still accepts, it never answers. Yields the
+    address and the server's pid; the server is resumed and ended afterwards."""
+    with _private_rpc(tmp_path) as (address, pid, _):
+        yield address, pid
 
 
 @pytest.fixture
@@ -462,6 +470,25 @@ def test_a_server_that_stops_answering_mid_tune_stops_the_tune(frozen_server, mo
             measurer.measure([_matmul(16)])
     finally:
         measurer.close()
+
+
+def test_a_tracker_gone_mid_tune_stops_it_with_one_error_and_no_chatter(tmp_path, capfd, monkeypatch):
+    """The runner's worker then retried the tracker every 5 s, each time a warning, and
+    its connecting threads died with tracebacks: some 18 warnings and two tracebacks
+    printed before the one line that said so. Its stderr is TVM's chatter, now unshown."""
+    monkeypatch.setattr(remote, "HANDSHAKE_TIMEOUT", 2.0)
+    with _private_rpc(tmp_path) as (address, _, tracker):
+        measurer = Measurer(resolve_target("llvm"), MeasureOptions(repeat=1, rpc=address, run_timeout=1.0))
+        try:
+            assert [m.status for m in measurer.measure([_matmul(16)])] == ["ok"]
+            tracker.terminate()
+            with pytest.raises(AutotuneError, match="stopped after 2 batches in a row with nothing timed on the server"):
+                for n in (17, 18, 19):  # other programs: one timed already is answered without the server
+                    measurer.measure([_matmul(n)])
+        finally:
+            measurer.close()
+    err = capfd.readouterr().err
+    assert "Cannot connect to tracker" not in err and "Traceback" not in err, err
 
 
 def _wrong_arity():

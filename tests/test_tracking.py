@@ -303,6 +303,20 @@ def test_an_sqlite_store_mlflow_cannot_open_is_refused_before_mlflow_tries(tmp_p
         assert db.read_text() == "plain text"
 
 
+def test_the_experiment_is_the_arguments_then_mlflows_variable_then_autotune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLFLOW_EXPERIMENT_NAME, which MLflow itself reads, was ignored: every run went to 'autotune'."""
+    uri = f"sqlite:///{(tmp_path / 'ml.db').as_posix()}"
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    names = []
+    for env, given in ((None, None), ("from-env", None), ("from-env", "given")):
+        if env:
+            monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", env)
+        with Tracker.create(True, uri, given) as tracker:
+            tracker.start("r")
+        names.append(client_for(uri).get_experiment(tracker.experiment_id).name)
+    assert names == ["autotune", "from-env", "given"]
+
+
 def test_file_store_refused_with_the_way_out_then_usable_when_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MLflow refuses ``file:`` stores unless MLFLOW_ALLOW_FILE_STORE is set; the error
     names both ways out, and once allowed, layer runs named by TVM (its ``str``
@@ -348,6 +362,8 @@ def test_uri_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     # plain paths become sqlite (MLflow 3.17 refuses the file store)
     assert resolve_tracking_uri(str(tmp_path / "runs")) == f"sqlite:///{(tmp_path / 'runs' / 'mlflow.db').as_posix()}"
     assert resolve_tracking_uri(str(tmp_path / "t.db")) == f"sqlite:///{(tmp_path / 't.db').as_posix()}"
+    # MLflow's own URIs without a scheme stay MLflow's (they became ./databricks/mlflow.db)
+    assert resolve_tracking_uri("databricks") == "databricks" and resolve_tracking_uri("databricks-uc") == "databricks-uc"
 
 
 def test_default_store_needs_no_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
