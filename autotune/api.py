@@ -337,14 +337,16 @@ def report(run: str | os.PathLike, *, mlflow_uri: str | None = None) -> dict[str
 
 
 @_user_errors
-def info(history: str | None = None, *, mlflow_uri: str | None = None) -> dict[str, Any]:
+def info(history: str | None = None, *, mlflow_uri: str | None = None, measure_roofline: bool = False) -> dict[str, Any]:
     """What this machine offers: package versions, the target ``auto`` resolves to and
-    its history key, GPU, nvcc and NVRTC, and where history and MLflow runs live."""
+    its history key, GPU, nvcc and NVRTC, the CPU peaks roofline figures go by (measured
+    again with ``measure_roofline``), and where history and MLflow runs live."""
     from autotune.info import environment
 
     _check_path(history, "history")
     _check_path(mlflow_uri, "mlflow_uri")
-    return environment(history, mlflow_uri=mlflow_uri)
+    check_flag(measure_roofline, "measure_roofline")
+    return environment(history, mlflow_uri=mlflow_uri, measure_roofline=measure_roofline)
 
 
 # --- helpers ----------------------------------------------------------------------------

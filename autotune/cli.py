@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions, targets, GPU/nvcc/NVRTC, where history and MLflow runs live")
     _history_arg(p)
     p.add_argument("--mlflow-uri", help="the MLflow tracking URI to describe (default $MLFLOW_TRACKING_URI or the local store in ~/.autotune)")
+    p.add_argument("--measure-roofline", action="store_true",
+                   help="measure this CPU's peaks again (the first tune measures them once; run it on an idle machine)")
     _json_arg(p)
     p.set_defaults(func=cmd_info)
 
@@ -336,7 +338,7 @@ def cmd_info(args) -> int:
     from autotune import api
     from autotune.info import format_text
 
-    info = api.info(history=args.history, mlflow_uri=args.mlflow_uri)
+    info = api.info(history=args.history, mlflow_uri=args.mlflow_uri, measure_roofline=args.measure_roofline)
     print(json.dumps(info) if args.json else format_text(info))
     return 0
 

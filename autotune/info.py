@@ -20,8 +20,10 @@ from typing import Any
 PACKAGES = ("apache-tvm", "apache-tvm-ffi", "onnx", "onnxsim", "xgboost", "deap", "mlflow", "sqlalchemy", "cuda-bindings")
 
 
-def environment(history: str | None = None, *, mlflow_uri: str | None = None) -> dict[str, Any]:
-    """Everything ``autotune info`` reports, as JSON-ready values."""
+def environment(history: str | None = None, *, mlflow_uri: str | None = None, measure_roofline: bool = False) -> dict[str, Any]:
+    """Everything ``autotune info`` reports, as JSON-ready values. ``measure_roofline``
+    measures this CPU's peaks again (they are measured once, by the first tune, and kept:
+    measured while other work ran, they stay low)."""
     from autotune import __version__
     from autotune.nvrtc_headers import enable_header_cache, nvrtc_version
     from autotune.target import gpu_present, resolve_target
@@ -48,6 +50,7 @@ def environment(history: str | None = None, *, mlflow_uri: str | None = None) ->
             "nvrtc_header_cache": enable_header_cache(dict(os.environ), version=nvrtc),
         },
         "home": autotune_home(),
+        "cpu_roofline": _cpu_roofline(cpu.device_name, remeasure=measure_roofline),
         "history": _history(history),
         "mlflow_tracking_uri": resolve_tracking_uri(mlflow_uri),
     }
@@ -67,6 +70,7 @@ def format_text(info: dict[str, Any]) -> str:
         ("nvrtc", f"{cuda['nvrtc']}, build workers' header cache {cuda['nvrtc_header_cache']}" if cuda["nvrtc"]
          else "no (cuda-bindings or libnvrtc missing: TVM cannot compile CUDA C here)"),
         ("home", info["home"]),
+        ("cpu roofline", _roofline_text(info["cpu_roofline"])),
         ("history", hist["url"] + ("" if hist["exists"] else " (not created yet)")),
     ]
     if hist.get("error"):
@@ -76,6 +80,26 @@ def format_text(info: dict[str, Any]) -> str:
     rows.append(("mlflow", info["mlflow_tracking_uri"]))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def _cpu_roofline(device_name: str, *, remeasure: bool) -> dict[str, Any] | None:
+    """The CPU peaks roofline figures go by, as cached under the name tunes look them up
+    by (the llvm target's device name; measured again first if asked)."""
+    from autotune import roofline
+
+    if remeasure:
+        roofline.cpu_peaks(device_name, refresh=True)
+    return roofline.cached_cpu_entry(device_name)
+
+
+def _roofline_text(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "not measured yet (the first tune measures it)"
+    load = entry.get("load_per_core")
+    busy = load is not None and load >= 0.5
+    return (f"{entry['peak_flops'] / 1e9:.0f} GFLOP/s, DRAM {entry['peak_bw'] / 1e9:.1f} GB/s, cache {entry.get('cache_bw', 0) / 1e9:.1f} GB/s"
+            f" (measured {entry.get('measured_at', '?')}" + (f", load {load:.2f} a core" if load is not None else "") + ")"
+            + ("; measured while busy: `autotune info --measure-roofline` on an idle machine" if busy else ""))
 
 
 def _version(name: str) -> str | None:

@@ -411,7 +411,11 @@ class TuneSession:
             "curve": [],
         }
 
-    def _match(self, layer, space, *, summary=None, exclude=()):
+    def _match(self, layer, space, *, summary=None, exclude=(), tuning: bool = False):
+        """The layer's match and dispatch. ``tuning``: the layer was given trials, so an
+        exact hit found now (another tune or an import on the same history finished it
+        meanwhile) is history to tune from, not a reuse: "reuse" is no tuner, and such a
+        tune stopped with a traceback."""
         from autotune import dispatch
         from autotune.history.match import match
 
@@ -420,7 +424,7 @@ class TuneSession:
             self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class),
             space_id=space.space_id, summary=summary, min_trials=self._tuned_at(space), exclude=exclude,
         )
-        return m, dispatch.choose(m.score, m.exact, override=opts.tuner, high=opts.high, low=opts.low)
+        return m, dispatch.choose(m.score, m.exact and not tuning, override=opts.tuner, high=opts.high, low=opts.low)
 
     def _reuse(self, layer) -> dict[str, Any]:
         """A layer history holds a winner for: its record is the result, with no trial.
@@ -446,7 +450,7 @@ class TuneSession:
     def _open_layer(self, layer, progress: LayerProgress) -> "_LayerTuning":
         """Match, dispatch and make the layer's tuner, told what earlier runs measured."""
         space = self._space(layer)
-        m, decision = self._match(layer, space)
+        m, decision = self._match(layer, space, tuning=True)
         out = self._layer_outcome(layer, m, decision)
         self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
         out["default_latency"] = progress.default_s  # timed for every pending layer before tuning

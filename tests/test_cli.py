@@ -905,6 +905,30 @@ def test_info_reports_this_machine_and_reads_history_without_creating_it(capsys,
     assert "1 layers, 3 records, 0 runs, targets: llvm:znver3:cpu-a" in text and "history key" in text
 
 
+def test_info_shows_the_cpu_peaks_tunes_go_by_and_measures_them_again(capsys, env):
+    """Measured once by the first tune and kept: measured while another tune ran, they
+    read about half (67 against 166 GFLOP/s here) and every later roofline figure and
+    roofline split went by them, with no way to see or redo it."""
+    from autotune.target import resolve_target
+
+    cache = env / "home" / ".autotune" / "roofline.json"
+    assert main(["info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cpu_roofline"] is None and not cache.exists()
+    name = resolve_target("llvm").device_name  # the name tunes look the peaks up by
+    cache.parent.mkdir(parents=True)
+    busy = {"peak_flops": 6.7e10, "peak_bw": 2.47e10, "cache_bw": 6.18e10, "cache_bytes": 3.2e7, "source": "measured",
+            "device_name": name, "method": 2, "measured_at": "2026-11-27T11:04:20", "load_per_core": 1.5}
+    cache.write_text(json.dumps({name: busy}))
+    assert main(["info"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("cpu roofline"))
+    assert "67 GFLOP/s" in line and "load 1.50 a core" in line and "autotune info --measure-roofline" in line
+    assert main(["info", "--measure-roofline", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)["cpu_roofline"]
+    assert again == json.loads(cache.read_text())[name] and again["measured_at"] != busy["measured_at"]
+    assert again["peak_flops"] > 0 and "load_per_core" in again
+    assert not [p.name for p in cache.parent.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_info_says_when_history_cannot_be_read(capsys, env):
     (env / "notdb.db").write_text("not a database")
     assert main(["info", "--history", "notdb.db", "--json"]) == 0

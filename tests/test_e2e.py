@@ -133,6 +133,31 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
         assert {k: len(store.records(workload_key=k)) for k in tuned_before} == before
 
 
+def test_a_layer_another_tune_finishes_meanwhile_is_tuned_from_that_history(tmp_path, capsys):
+    """Which layers history covers is decided at a tune's start; another tune of the same
+    model on the same history (or an import) can finish one before its turn. Opened
+    then, its match said "reuse", which is no tuner: the tune stopped with a traceback."""
+    from autotune.budget import LayerProgress
+    from autotune.target import resolve_target
+    from autotune.tune import TuneOptions, TuneSession, load_layers
+
+    model, history = _small_cnn(tmp_path / "small.onnx"), tmp_path / "history.db"
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "8", "--batch", "4", "--history", str(history),
+                 "--no-mlflow", "--quiet", "--no-model-latency", "--no-verify", "--tuner", "random"]) == 0
+    with open_history(str(history)) as store:
+        session = TuneSession(resolve_target("llvm"), store, TuneOptions(trials=4, batch=4, verify=False, model_latency=False))
+        try:
+            loaded = load_layers(str(model))
+            finished = [l for l in loaded.layers if l.tunable and session._exact_hit(l)]
+            assert finished  # what the other tune left: an exact hit for this one
+            layer = finished[0]
+            opened = session._open_layer(layer, LayerProgress(layer.name, layer.occurrences, layer.flops, layer.op_class, 1e-6))
+            assert opened.out["dispatch"] == "guided" and opened.tuner_name == "gga"
+            assert opened.out["match_score"] == 1.0
+        finally:
+            session.close()
+
+
 def test_layers_history_covers_leave_the_whole_budget_to_the_others(tmp_path, capsys):
     """A tune after a partial one: the layer tuned before is reused with no trial, and
     the trials it would have had go to the layer that still needs them."""
