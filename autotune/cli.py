@@ -27,7 +27,7 @@ EXIT_USAGE = 2
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="bundled model name (see 'autotune zoo list') or path/to/model.onnx")
     p.add_argument("--input-shape", action="append", metavar="NAME=DxD..", help="fix an input's shape, e.g. input=1x3x224x224 (repeatable)")
-    p.add_argument("--size", type=int, help="zoo models: image side (CNNs) or sequence length (transformer)")
+    p.add_argument("--size", type=int, help="zoo models' input size: image side (CNNs), sequence length (transformer, seq2seq), frames (speech) or memories (memnet); default the model's own (see 'autotune zoo list')")
     p.add_argument("--batch-size", type=int, help="zoo models: batch size (default 1)")
     p.add_argument(
         "--batch-norm", choices=BATCH_NORM_LAYERINGS, default=DEFAULT_BATCH_NORM,
@@ -147,11 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(z)
     z.set_defaults(func=cmd_zoo_list)
     z = zsub.add_parser("export", help="write a bundled model as ONNX")
-    z.add_argument("name")
-    z.add_argument("-o", "--out", required=True)
-    z.add_argument("--size", type=int)
-    z.add_argument("--batch-size", type=int, default=1)
-    z.add_argument("--seed", type=int, default=0)
+    z.add_argument("name", help="a bundled model (see 'autotune zoo list')")
+    z.add_argument("-o", "--out", required=True, help="the ONNX file to write (missing directories are made)")
+    z.add_argument("--size", type=int, help="input size: image side (CNNs), sequence length (transformer, seq2seq), frames (speech) or memories (memnet); default the model's own (see 'autotune zoo list')")
+    z.add_argument("--batch-size", type=int, default=1, help="batch size (default 1)")
+    z.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     z.add_argument("--dtype", choices=ZOO_DTYPES, default="float32",
                    help="float16: weights rounded and every float tensor float16, as a half-precision deployment runs it")
     _json_arg(z)

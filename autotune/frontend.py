@@ -424,5 +424,12 @@ def load_and_fuse(model: str, *, batch_norm: str = DEFAULT_BATCH_NORM, **kwargs)
     """
     if batch_norm not in BATCH_NORM_LAYERINGS:
         raise AutotuneError(f"batch_norm must be one of {', '.join(BATCH_NORM_LAYERINGS)}, not {batch_norm!r}")
+    if kwargs.get("input_shapes") and is_zoo_name(model):
+        # a zoo model is built for its size and batch: another batch failed in TVM's
+        # frontend at a Reshape, and a size its checks refuse got through
+        raise OptionError(
+            f"{{input_shapes}} is for ONNX files; {model} is a zoo model: give it {{size}} and {{batch_size}}",
+            "input_shapes", "size", "batch_size",
+        )
     spec = load_model(model, fold_batch_norm=batch_norm == "weights", **kwargs)
     return spec, fuse(to_relax(spec), batch_norm_in_epilogue=batch_norm == "epilogue")

@@ -175,6 +175,17 @@ def test_a_zoo_models_size_flag_given_with_a_file_is_refused(capsys, tmp_path, d
     assert dyn_model in line and not (tmp_path / "h.db").exists() and not (tmp_path / "m.so").exists()
 
 
+@pytest.mark.parametrize("command", ["layers", "tune", "compile"])
+def test_an_input_shape_for_a_zoo_model_is_refused_with_its_own_flags(capsys, tmp_path, command):
+    """A zoo model is built for its size and batch: another batch failed inside TVM's
+    frontend (at a Reshape), and a size the zoo refuses (autoencoder at 30) got through."""
+    argv = [command, "autoencoder", "--input-shape", "input=1x3x30x30"]
+    argv += {"tune": ["--target", "llvm", "--history", str(tmp_path / "h.db"), "--no-mlflow"],
+             "compile": ["--target", "llvm", "-o", str(tmp_path / "m.so")]}.get(command, [])
+    _user_error(capsys, argv, contains=("--input-shape is for ONNX files; autoencoder is a zoo model: give it --size and --batch-size",))
+    assert not (tmp_path / "h.db").exists() and not (tmp_path / "m.so").exists()
+
+
 def _tune(*extra):
     return ["tune", "resnet18", "--size", "32", "--no-mlflow", "--quiet", "--history", "tune.db", *extra]
 

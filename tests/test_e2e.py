@@ -158,6 +158,40 @@ def test_a_layer_another_tune_finishes_meanwhile_is_tuned_from_that_history(tmp_
             session.close()
 
 
+def test_a_tune_says_when_another_on_this_history_measures_on_this_machine(tmp_path, capsys):
+    """Two tunes at once time each other's load: the same config read 0.377 and 0.624 ms,
+    and history keeps a winner for good. Nothing said so."""
+    import socket
+    import subprocess
+    import sys
+
+    from autotune.target import resolve_target
+
+    model, history = _small_cnn(tmp_path / "small.onnx"), tmp_path / "history.db"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        with open_history(str(history)) as store:  # what a tune running in that process writes first
+            target = resolve_target("llvm")
+            store.register_target(target.history_info())
+            store.start_run("othertune123", model="small", target_key=target.key, tuner="auto",
+                            params={"pid": other.pid, "host": socket.gethostname()})
+        capsys.readouterr()
+        assert main(["tune", str(model), "--target", "llvm", "--trials", "2", "--history", str(history), "--no-mlflow",
+                     "--json", "--no-model-latency", "--no-verify", "--tuner", "random"]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+        assert lines[-1]["concurrent_runs"] == ["othertune123"]
+        notes = [e["text"] for e in lines if e.get("event") == "message" and "othertune123" in e.get("text", "")]
+        assert notes == [f"note: run othertune123 (pid {other.pid}) is measuring on this machine too: timings taken "
+                         "together run slower, and history keeps them"]
+    finally:
+        other.kill()
+        other.wait()
+    # gone, it is no one's concurrent run (the next tune marks it killed)
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "2", "--history", str(history), "--no-mlflow",
+                 "--json", "--quiet", "--no-model-latency", "--no-verify", "--tuner", "random"]) == 0
+    assert "concurrent_runs" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
 def test_layers_history_covers_leave_the_whole_budget_to_the_others(tmp_path, capsys):
     """A tune after a partial one: the layer tuned before is reused with no trial, and
     the trials it would have had go to the layer that still needs them."""
