@@ -748,27 +748,26 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str) 
             + ("; gga hands the layer to tl_xgb after its first population" if tuner == "gga" else ""))
 
 
-def stale_run(run: dict[str, Any]) -> bool:
-    """A run left 'running' whose process on this host is gone (SIGKILL, power loss)."""
+def _other_local_pid(run: dict[str, Any]) -> int | None:
+    """The process of a run marked running by another process of this host, else None."""
     params = run.get("params") or {}
     pid = params.get("pid")
     if run["status"] != "running" or params.get("host") != socket.gethostname() or not isinstance(pid, int):
-        return False
-    return pid != os.getpid() and not pid_alive(pid)
+        return None
+    return pid if pid != os.getpid() else None
+
+
+def stale_run(run: dict[str, Any]) -> bool:
+    """A run left 'running' whose process on this host is gone (SIGKILL, power loss)."""
+    pid = _other_local_pid(run)
+    return pid is not None and not pid_alive(pid)
 
 
 def concurrent_runs(store) -> list[dict[str, Any]]:
     """Other runs of this history measuring on this host now: their timings and ours,
     taken together, run slower (a config timed by two tunes at once read 0.377 and
     0.624 ms), and history keeps a winner for good."""
-    runs = []
-    for run in store.runs():
-        params = run.get("params") or {}
-        pid = params.get("pid")
-        if (run["status"] == "running" and params.get("host") == socket.gethostname() and isinstance(pid, int)
-                and pid != os.getpid() and pid_alive(pid)):
-            runs.append(run)
-    return runs
+    return [run for run in store.runs() if (pid := _other_local_pid(run)) is not None and pid_alive(pid)]
 
 
 def close_stale_runs(store) -> list[str]:
