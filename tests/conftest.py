@@ -7,6 +7,18 @@ import shutil
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_session_home(tmp_path_factory):
+    """For module-scoped fixtures, which run before any test's own home is set: the e2e
+    module's shared tune left its report's address in the user's ~/.autotune/runs."""
+    home = tmp_path_factory.mktemp("autotune-session-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOTUNE_HOME", str(home))
+        patch.setenv("AUTOTUNE_HISTORY", str(home / "history.db"))
+        patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+        yield home
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("autotune-home")
