@@ -116,8 +116,8 @@ def interrupts_held() -> Iterator[None]:
     For code that must not stop halfway: TVM's pool ``shutdown`` takes a lock, kills
     its workers and only then lets the lock go, and a ``KeyboardInterrupt`` in between
     left the lock taken and the pool not shut down, so its destructor, at exit, waited
-    on that lock for good (the hung tunes' one thread waited there: 2 of 25 presses at
-    random moments here, 0 of 23 since).
+    on that lock for good (the hung tunes' one thread waited there: 2 to 3 in about 25
+    presses at random moments here, 0 of 23 since).
     Only in the main thread and only where SIGINT raises (a background job ignoring it
     stays as it is).
     """
