@@ -63,11 +63,11 @@ def tune_options(**options: Any) -> TuneOptions:
     """``TuneOptions`` from flat keywords: any field of ``TuneOptions`` (``trials``,
     ``tuner``, ``high``, ...) or of ``MeasureOptions`` (``repeat``, ``rpc``,
     ``run_timeout``, ...), as the CLI's flags are flat."""
-    unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
+    unknown, known = _unknown_keywords(options)
     if unknown:
         raise TypeError(
             f"unknown tune option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"expected any of {', '.join(sorted((_TUNE_FIELDS | _MEASURE_FIELDS) - {'measure'}))}"
+            f"expected any of {', '.join(known)}"
         )
     measure = {k: options.pop(k) for k in list(options) if k in _MEASURE_FIELDS}
     if measure and "measure" in options:
@@ -354,11 +354,16 @@ _TUNE_KEYWORDS = ("target", "history", "out", "out_dir", "mlflow", "mlflow_uri",
                   "batch_size", "progress")
 
 
+def _unknown_keywords(options: Mapping[str, Any], also: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """(keywords that are no tune option, the names a caller takes: the options' and ``also``)."""
+    unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
+    return unknown, sorted((_TUNE_FIELDS | _MEASURE_FIELDS | set(also)) - {"measure"})
+
+
 def _refuse_unknown(options: Mapping[str, Any]) -> None:
     """A mistyped keyword of :func:`tune`, said with the nearest known one: the list of
     option fields alone pointed someone who wrote ``histroy`` away from ``history``."""
-    known = sorted((_TUNE_FIELDS | _MEASURE_FIELDS | set(_TUNE_KEYWORDS)) - {"measure"})
-    unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
+    unknown, known = _unknown_keywords(options, _TUNE_KEYWORDS)
     if unknown:
         near = difflib.get_close_matches(unknown[0], known, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""

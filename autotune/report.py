@@ -452,13 +452,13 @@ def _read_report_file(path: Path) -> dict[str, Any]:
 
 #: What an autotune or MLflow run id can look like (hex, as both make them); anything else
 #: is neither looked up as a directory name under the home nor put into a search filter.
-_RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+RUN_ID_PATTERN = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 def _tagged_run(client: Any, autotune_run_id: str) -> str | None:
     """The MLflow run ``tune`` tagged with this autotune run id (the newest, should a
     copied store hold two), or None."""
-    if not _RUN_ID.fullmatch(autotune_run_id):
+    if not RUN_ID_PATTERN.fullmatch(autotune_run_id):
         return None
     experiments = [e.experiment_id for e in client.search_experiments()]
     if not experiments:
@@ -507,7 +507,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
         return _read_report_file(path)
 
     run_id = str(run_id_or_dir).strip()
-    if _RUN_ID.fullmatch(run_id):
+    if RUN_ID_PATTERN.fullmatch(run_id):
         local = _local_report(run_id)
         if local is not None:
             return _read_report_file(local)

@@ -517,9 +517,9 @@ class MlflowTracker(Tracker):
                     self._client.log_batch(run, metrics=metrics[i : i + _BATCH_MAX])
 
     def mark_killed(self, autotune_run_ids: Sequence[str]) -> list[str]:
-        from autotune.report import _RUN_ID
+        from autotune.report import RUN_ID_PATTERN
 
-        ids = [i for i in autotune_run_ids if _RUN_ID.fullmatch(i)]
+        ids = [i for i in autotune_run_ids if RUN_ID_PATTERN.fullmatch(i)]
         if not ids:
             return []
         ended: list[str] = []
