@@ -285,8 +285,9 @@ def cmd_compile(args) -> int:
         print(json.dumps(summary))
     else:
         whose = f" (records of {summary['history_target']})" if summary.get("history_target", summary["target"]) != summary["target"] else ""
-        print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history{whose}, "
-              "the rest TVM defaults")
+        borrowed = f", {summary['other_batch_layers']} from its winner at another batch size" if summary.get("other_batch_layers") else ""
+        print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history{whose}"
+              f"{borrowed}, the rest TVM defaults")
         if summary.get("history_note"):
             print(f"note: {summary['history_note']}")
         kernels = summary.get("device_code")

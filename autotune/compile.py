@@ -9,6 +9,7 @@ compile leaves no partial ``.so`` behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -22,6 +23,8 @@ from autotune.target import TargetSpec, other_architecture
 from autotune.history.models import BASELINE_SPACE_PREFIX
 
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
+#: A layer's schedule when it is the winner of the same layer at another batch size.
+OTHER_BATCH = "history (other batch)"
 
 
 def default_space_id(target: TargetSpec) -> str:
@@ -37,7 +40,13 @@ class Applied:
 
     @property
     def tuned(self) -> int:
+        """Layers given their own history winner."""
         return sum(1 for v in self.layers.values() if v["schedule"] == "history")
+
+    @property
+    def other_batch(self) -> int:
+        """Layers given the winner of the same layer at another batch size."""
+        return sum(1 for v in self.layers.values() if v["schedule"] == OTHER_BATCH)
 
 
 def history_target_key(store, target: TargetSpec) -> str:
@@ -59,36 +68,94 @@ def history_target_key(store, target: TargetSpec) -> str:
 
 def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None = None, target_key: str | None = None):
     """Replace each layer's PrimFunc with its best history schedule, where there is one
-    (records of ``target_key``, by default the target's own)."""
-    from autotune.templates import InvalidConfig
+    (records of ``target_key``, by default the target's own).
+
+    A layer history has not measured at this batch size takes the winner of the same
+    layer at the nearest batch size it has measured, where that config fits this
+    shape: batch rarely changes the winner, and tuning at batch 1 then compiling at
+    batch 8 applied none of the tuned schedules (0 of 6 of dqn's layers)."""
     from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     spaces = spaces if spaces is not None else {}
     applied = Applied()
     tvm_target = target.tvm_target
+    key = target_key or target.key
     for layer in layers:
         entry: dict[str, Any] = {"workload_key": layer.workload_key, "schedule": "default", "record_id": None}
         applied.layers[layer.name] = entry
-        record = store.best(layer.workload_key, target_key or target.key) if store is not None else None
-        if record is None or record.space_id.startswith(DEFAULT_SPACE_PREFIX):
-            if record is not None:
-                entry["record_id"] = record.id
+        record = store.best(layer.workload_key, key) if store is not None else None
+        if record is not None and record.space_id.startswith(DEFAULT_SPACE_PREFIX):
+            entry["record_id"] = record.id
             continue
-        space = spaces.get(layer.workload_key)
-        if space is None:
-            space = spaces[layer.workload_key] = MetaScheduleSpace(layer.func, tvm_target, name=layer.name)
-        if record.space_id != space.space_id or not space.contains(record.config):
-            entry["note"] = "history config is for another knob space version"
+
+        def space() -> MetaScheduleSpace:
+            if layer.workload_key not in spaces:
+                spaces[layer.workload_key] = MetaScheduleSpace(layer.func, tvm_target, name=layer.name)
+            return spaces[layer.workload_key]
+
+        if record is not None:
+            func, note = _scheduled(space(), record)
+            if func is None:
+                entry["note"] = note
+                continue
+            mod.update_func(mod.get_global_var(layer.name), func)
+            entry.update(schedule="history", record_id=record.id, latency=record.latency_median)
             continue
-        try:
-            scheduled = space.apply(record.config)["main"]
-        except InvalidConfig as err:
-            entry["note"] = f"history config no longer valid: {err}"
+        if store is None:
             continue
-        func = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
-        mod.update_func(mod.get_global_var(layer.name), func)
-        entry.update(schedule="history", record_id=record.id, latency=record.latency_median)
+        for other, flops in _nearest_batches_first(store.best_at_other_batches(layer.workload_key, layer.batch_invariant_key, key), layer.flops):
+            if other.space_id.startswith(DEFAULT_SPACE_PREFIX):
+                continue
+            func = _mapped(space(), other)
+            if func is not None:
+                mod.update_func(mod.get_global_var(layer.name), func)
+                entry.update(schedule=OTHER_BATCH, record_id=other.id, from_workload=other.workload_key,
+                             batch_ratio=round(flops / layer.flops, 4) if layer.flops else None)
+                break
     return mod, applied
+
+
+def _nearest_batches_first(found: list[tuple[Any, float]], flops: float) -> list[tuple[Any, float]]:
+    """Same layer, other batch sizes: the FLOPs ratio is the batch ratio; nearest in log first."""
+    def distance(item: tuple[Any, float]) -> float:
+        other = item[1]
+        return abs(math.log(other / flops)) if other > 0 and flops > 0 else math.inf
+
+    return sorted(found, key=distance)
+
+
+def _mapped(space, record) -> Any:
+    """``record``'s config, from the same layer at another batch size, mapped onto this
+    layer's candidates (the batch axis's tiles change, knob by knob to the nearest; the
+    rest stay) and applied: the scheduled PrimFunc, or None where it does not apply
+    (another knob space version, or a mapped config the space or the GPU checks refuse)."""
+    from autotune.search.features import map_config
+    from autotune.templates import InvalidConfig
+
+    if record.space_id.rsplit(":", 1)[0] != space.space_id.rsplit(":", 1)[0]:
+        return None
+    config = map_config(space, record.config)
+    if config is None:
+        return None
+    try:
+        scheduled = space.apply(config)["main"]
+    except InvalidConfig:
+        return None
+    return scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+
+
+def _scheduled(space, record) -> tuple[Any, str | None]:
+    """``record``'s config applied to the layer's space: the scheduled PrimFunc, or None
+    and why it does not apply."""
+    from autotune.templates import InvalidConfig
+
+    if record.space_id != space.space_id or not space.contains(record.config):
+        return None, "history config is for another knob space version"
+    try:
+        scheduled = space.apply(record.config)["main"]
+    except InvalidConfig as err:
+        return None, f"history config no longer valid: {err}"
+    return scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True), None
 
 
 def build(mod, target: TargetSpec):
@@ -304,6 +371,7 @@ def compile_model(
         "history_target": history_key,
         "layers": len(layers),
         "tuned_layers": applied.tuned,
+        "other_batch_layers": applied.other_batch,
         "device_code": kernels,
         "schedules": applied.layers,
         "history_note": hint,

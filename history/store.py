@@ -658,6 +658,21 @@ class HistoryStore:
             row = conn.execute(query).first()
         return None if row is None else self._record_from_row(row)
 
+    def best_at_other_batches(self, workload_key: str, batch_invariant_key: str, target_key: str) -> list[tuple[Record, float]]:
+        """The best usable record of each *other* workload with this batch-invariant key
+        (the same layer at another batch size) on the target, with that workload's FLOPs:
+        their ratio to this layer's is the ratio of the batch sizes."""
+        w = schema.workloads
+        query = select(w.c.key, w.c.flops).where(w.c.batch_invariant_key == batch_invariant_key, w.c.key != workload_key)
+        with self._read() as conn:
+            others = conn.execute(query.order_by(w.c.id)).all()
+        found = []
+        for key, flops in others:
+            record = self.best(key, target_key)
+            if record is not None:
+                found.append((record, float(flops)))
+        return found
+
     def records(
         self,
         *,

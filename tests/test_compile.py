@@ -157,3 +157,59 @@ def test_cuda_module_runs_on_gpu(tmp_path, capsys):
     capsys.readouterr()
     assert main(["run", str(out), "--check", "resnet18", "--json", "--atol", "1e-3"]) == 0
     assert json.loads(capsys.readouterr().out)["check"]["ok"]
+
+
+def _dense(path):
+    """``relu(x @ W + b)`` with a free batch dimension."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((32, 64)).astype("float32"), "w"),
+               numpy_helper.from_array(rng.standard_normal(64).astype("float32"), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])], initializer=weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_batch_history_has_not_measured_takes_the_nearest_batchs_winner(tmp_path, capsys):
+    """Tuned at batch 1, compiled at batch 8: every layer fell back to TVM's default
+    (0 of 6 of dqn's). The winner of the same layer at the nearest batch size measured
+    is mapped onto this shape's candidates and applied, said per layer, and the module
+    still matches the reference."""
+    import numpy as np
+
+    from autotune import decompose, frontend
+    from autotune.compile import OTHER_BATCH
+    from autotune.history import open_history
+    from autotune.target import resolve_target
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
+
+    model, target, history = _dense(tmp_path / "dense.onnx"), resolve_target("llvm"), tmp_path / "h.db"
+    rng = np.random.default_rng(1)
+    records = {}
+    with open_history(history) as store:
+        store.register_target(target.history_info())
+        for batch in (1, 16):
+            _, mod = frontend.load_and_fuse(str(model), input_shapes={"x": (batch, 32)})
+            (layer,) = [l for l in decompose.decompose(mod, batch_size=batch) if l.tunable]
+            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+            config = space.random_config(rng)
+            store.register_workload(layer.workload_info())
+            records[batch] = store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id,
+                                              config=config, samples=[1e-6 * batch], status="ok")
+    out = tmp_path / "dense.so"
+    assert main(["compile", str(model), "--input-shape", "x=2x32", "--target", "llvm", "--history", str(history),
+                 "-o", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tuned_layers"] == 0 and summary["other_batch_layers"] == 1
+    (entry,) = [s for s in summary["schedules"].values() if s["schedule"] == OTHER_BATCH]
+    assert entry["record_id"] == records[1] and entry["batch_ratio"] == 0.5  # batch 1 is nearer 2 than 16 is
+    assert main(["run", str(out), "--check", str(model), "--json", "--repeat", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["check"]["ok"]
+    assert main(["compile", str(model), "--input-shape", "x=2x32", "--target", "llvm", "-o", str(out)]) == 0
+    assert "0 of 1 layers from history, the rest" in capsys.readouterr().out  # no history, nothing borrowed
