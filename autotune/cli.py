@@ -367,7 +367,10 @@ def cmd_zoo_export(args) -> int:
 
         graph = onnx.load(str(path), load_external_data=False).graph
         inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
-        print(json.dumps({"model": args.name, "out": str(path), "inputs": inputs, "seed": args.seed, "dtype": args.dtype}))
+        # ``dtype`` is the precision asked for; token-id inputs (seq2seq, memnet) stay int64
+        input_dtypes = {i.name: str(onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)) for i in graph.input}
+        print(json.dumps({"model": args.name, "out": str(path), "inputs": inputs, "input_dtypes": input_dtypes,
+                          "seed": args.seed, "dtype": args.dtype}))
     else:
         print(f"wrote {path}")
     return 0

@@ -871,6 +871,10 @@ def test_zoo_export_writes_loadable_onnx(capsys, env):
     assert main(["zoo", "export", "mobilenetv2", "-o", "m.onnx", "--size", "64", "--batch-size", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["out"] == "m.onnx" and out["model"] == "mobilenetv2" and list(out["inputs"].values()) == [[2, 3, 64, 64]]
+    assert list(out["input_dtypes"].values()) == ["float32"]
+    assert main(["zoo", "export", "memnet", "-o", "mem.onnx", "--size", "8", "--dtype", "float16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)  # the precision asked for, and token ids that stay int64
+    assert out["dtype"] == "float16" and list(out["input_dtypes"].values()) == ["int64"]
 
 
 def test_layers_json(capsys):
