@@ -71,10 +71,10 @@ def format_text(info: dict[str, Any]) -> str:
          else "no (cuda-bindings or libnvrtc missing: TVM cannot compile CUDA C here)"),
         ("home", info["home"]),
         ("cpu roofline", _roofline_text(info["cpu_roofline"])),
-        ("history", hist["url"] + ("" if hist["exists"] else " (not created yet)")),
+        ("history", hist["url"] + ("" if hist["exists"] or hist.get("error") else " (not created yet)")),
     ]
     if hist.get("error"):
-        rows.append(("", f"cannot read: {hist['error']}"))
+        rows.append(("", hist["error"] if not hist["exists"] else f"cannot read: {hist['error']}"))
     elif hist["exists"]:
         rows.append(("", f"{hist['workloads']} layers, {hist['records']} records, {hist['runs']} runs, targets: {', '.join(hist['targets']) or '-'}"))
     rows.append(("mlflow", info["mlflow_tracking_uri"]))
@@ -135,7 +135,10 @@ def _history(location: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"url": mask_url(url)}
     path = sqlite_file(url)
     if path is not None and not path.exists():
-        return {**out, "exists": False}
+        from autotune.history.sqlite_db import why_not_creatable
+
+        why = why_not_creatable(str(path))
+        return {**out, "exists": False, **({"error": f"cannot be created: {why}"} if why else {})}
     out["exists"] = True
     try:
         with open_history(location, create=False, readonly=True) as store:

@@ -119,6 +119,22 @@ def check_existing_file(path: str, *, readonly: bool) -> None:
             "(SQLite keeps its journal files next to the database)"
         )
 
+def why_not_creatable(path: str) -> str | None:
+    """Why a database could not be created at ``path``, as far as looking can tell
+    (the nearest existing folder above it is a file, or not writable); None otherwise."""
+    probe = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(probe):
+        up = os.path.dirname(probe)
+        if up == probe:
+            break
+        probe = up
+    if not os.path.isdir(probe):
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"directory {probe} is not writable"
+    return None
+
+
 def make_parents(path: str) -> list[str]:
     """Create missing parent directories, returning those created (to remove on failure)."""
     parent = os.path.dirname(path)

@@ -954,6 +954,13 @@ def test_info_says_when_history_cannot_be_read(capsys, env):
     hist = json.loads(capsys.readouterr().out)["history"]
     assert hist["exists"] is True and hist["error"]
     assert (env / "notdb.db").read_text() == "not a database"
+    # a path under a file: it said "not created yet", as of a history the next tune makes
+    assert main(["info", "--history", "notdb.db/h.db"]) == 0
+    text = capsys.readouterr().out
+    assert "cannot be created: " in text and "not created yet" not in text
+    assert main(["info", "--history", "notdb.db/h.db", "--json"]) == 0
+    hist = json.loads(capsys.readouterr().out)["history"]
+    assert hist["exists"] is False and hist["error"].endswith("notdb.db is not a directory")
 
 
 def test_run_refuses_token_ids_outside_the_table_they_index(capsys, env):
