@@ -328,12 +328,14 @@ def layers(
 
 
 @_user_errors
-def report(run: str | os.PathLike, *, mlflow_uri: str | None = None) -> dict[str, Any]:
+def report(run: str | os.PathLike, *, mlflow_uri: str | None = None, history: str | None = None) -> dict[str, Any]:
     """An earlier tune's report: ``run`` is the run id :func:`tune` gave back (``run_id``),
-    its report directory, or its MLflow run id."""
+    its report directory, or its MLflow run id. ``history`` is only asked why a run has
+    no report (a tune killed before its end, with no MLflow run to look in)."""
     from autotune import report as reporting
 
-    return reporting.load_report(str(run), mlflow_uri)
+    _check_path(history, "history")
+    return reporting.load_report(str(run), mlflow_uri, history=history)
 
 
 @_user_errors

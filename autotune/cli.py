@@ -207,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="the run id tune printed, a run directory holding report.json, or an MLflow run id")
     p.add_argument("--mlflow-uri", help="the MLflow tracking URI the run is in (default $MLFLOW_TRACKING_URI or the local store in ~/.autotune)")
     p.add_argument("--out-dir", help="where to write the plot and CSV (default: a folder named after the run)")
+    p.add_argument("--history", metavar="PATH|URL", help="the history the run tuned into, asked why a run has no report "
+                   "(default $AUTOTUNE_HISTORY or ~/.autotune/history.db)")
     _json_arg(p)
     p.set_defaults(func=cmd_report)
     return parser
@@ -558,7 +560,7 @@ def cmd_report(args) -> int:
     from autotune import api
     from autotune import report as reporting
 
-    data = api.report(args.run, mlflow_uri=args.mlflow_uri)
+    data = api.report(args.run, mlflow_uri=args.mlflow_uri, history=args.history)
     out_dir = Path(args.out_dir) if args.out_dir else Path(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
     paths = reporting.write_artifacts(data, out_dir)
     if args.json:

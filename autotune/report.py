@@ -487,7 +487,41 @@ def _why_no_report(run) -> str:
     return f"MLflow run {run.info.run_id} has no {REPORT_JSON} artifact"
 
 
-def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None) -> dict[str, Any]:
+def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
+    """A run id tune gave that has no report anywhere: history knows the run (the runs
+    table has every tune, with ``--no-mlflow`` too) and says why, where it holds it. A
+    killed ``--no-mlflow`` tune was 'neither a directory with report.json nor a run in
+    tracking store ...', which read as a mistyped id."""
+    plain = f"{run_id!r} is neither a directory with {REPORT_JSON} nor a run in tracking store {uri}"
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        return plain
+    from autotune.history import HistoryError, mask_url, open_history, resolve_location
+    from autotune.history.location import sqlite_file
+
+    url = resolve_location(history)
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        return plain + f", nor in history at {mask_url(url)}"
+    try:
+        with open_history(history, create=False, readonly=True) as store:
+            run = store.run(run_id)
+            if run is None:  # a unique prefix, as report takes one of a run folder's name
+                found = [r for r in (store.run(i) for i in store.run_ids(run_id)) if r is not None]
+                run = found[0] if len(found) == 1 else None
+    except HistoryError:
+        return plain
+    if run is None:
+        return plain + f", nor in history at {mask_url(url)}"
+    why = {
+        "killed": "it was stopped before the end",
+        "failed": "it failed before the end",
+        "running": "it is still running, or was killed outright",
+    }.get(run["status"], f"it ended {run['status']}, but its report is neither in {run_dir(run['run_id'])} nor in MLflow")
+    return (f"run {run['run_id']} ({run['model']} on {run['target_key']}) has no report: {why}; what it measured "
+            f"({run['n_records']} records) is in history at {mask_url(url)} (`autotune history runs`)")
+
+
+def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None, *, history: str | None = None) -> dict[str, Any]:
     """Load a report from a directory (or file) holding report.json, from an autotune run id
     (what ``tune`` and ``history runs`` print), or from an MLflow run id.
 
@@ -526,9 +560,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
                     raise
                 tagged = _tagged_run(client, run_id)
                 if tagged is None:
-                    raise AutotuneError(
-                        f"{run_id!r} is neither a directory with {REPORT_JSON} nor a run in tracking store {uri}"
-                    ) from None
+                    raise AutotuneError(_why_not_found(run_id, uri, history)) from None
                 run_id = tagged
                 found = client.get_run(run_id)
             with tempfile.TemporaryDirectory(prefix="autotune-report-") as tmp:

@@ -204,6 +204,34 @@ def test_load_report_by_autotune_run_id(tmp_path: Path, monkeypatch: pytest.Monk
             load_report(unknown)
 
 
+def test_a_run_with_no_report_is_explained_by_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tune killed with ``--no-mlflow`` has no report and no MLflow run; history's runs
+    table knows it. It was 'neither a directory with report.json nor a run in tracking
+    store', which read as a mistyped id."""
+    from autotune.history import TargetInfo, open_history
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{(tmp_path / 'mlflow.db').as_posix()}")
+    history = str(tmp_path / "h.db")
+    with open_history(history) as store:
+        key = store.register_target(TargetInfo("llvm", "znver4", "cpu")) and "llvm:znver4:cpu"
+        for run_id, status in (("0123456789ab", "killed"), ("ba9876543210", "finished")):
+            store.start_run(run_id, model="dqn", target_key=key, tuner="auto", params={})
+            store.finish_run(run_id, status, {})
+    with pytest.raises(AutotuneError) as err:
+        load_report("0123456789ab", history=history)
+    assert str(err.value) == ("run 0123456789ab (dqn on llvm:znver4:cpu) has no report: it was stopped before the end; "
+                              f"what it measured (0 records) is in history at sqlite:///{history} (`autotune history runs`)")
+    with pytest.raises(AutotuneError, match="^run 0123456789ab .*stopped before the end"):
+        load_report("01234", history=history)  # a unique prefix, as report takes of run folders
+    with pytest.raises(AutotuneError, match=r"it ended finished, but its report is neither in .*ba9876543210 nor in MLflow"):
+        load_report("ba9876543210", history=history)
+    with pytest.raises(AutotuneError, match=r"neither a directory .*, nor in history at sqlite:///"):
+        load_report("cccccccccccc", history=history)
+    with pytest.raises(AutotuneError, match=r", nor in history at sqlite:///\S+\.db$"):
+        load_report("0123456789ab")  # the default history, which holds no such run
+
+
 def test_load_report_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(AutotuneError, match="no report.json"):
