@@ -46,8 +46,9 @@ class Reporter:
         budget None where it is decided as tuning goes (``--budget-split adaptive``);
         `total` is the model's budget (default: the layers' sum)."""
 
-    def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
-        """Tuning of one layer begins with this budget, tuner choice and history match score."""
+    def start_layer(self, name: str, trials: int, tuner: str | None, match_score: float | None) -> None:
+        """Tuning of one layer begins with this budget, tuner choice and history match score
+        (tuner None: a layer the budget did not reach, opened only to be closed)."""
 
     def layer_budget(self, name: str, trials: int) -> None:
         """The layer's budget is now `trials` (an adaptive split gives trials chunk by chunk)."""
@@ -94,7 +95,7 @@ class JsonReporter(Reporter):
             total = sum(t or 0 for _, t in layers)
         self._emit("start_model", model=model, trials=total, layers=[{"name": n, "trials": t} for n, t in layers])
 
-    def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
+    def start_layer(self, name: str, trials: int, tuner: str | None, match_score: float | None) -> None:
         self._emit("start_layer", layer=name, trials=trials, tuner=tuner, match_score=match_score)
 
     def layer_budget(self, name: str, trials: int) -> None:
@@ -174,13 +175,13 @@ class RichReporter(Reporter):
             f"{model} ({len(layers)} layers)", total=total or None, best=""
         )
 
-    def start_layer(self, name: str, trials: int, tuner: str, match_score: float | None) -> None:
+    def start_layer(self, name: str, trials: int, tuner: str | None, match_score: float | None) -> None:
         self._ensure_started()
         self._budgets.setdefault(name, int(trials))
         self._done.setdefault(name, 0)
         score = "" if match_score is None else f" match {match_score:.2f}"
         self._layer_tasks[name] = self._progress.add_task(
-            f"  {name} [{tuner}{score}]", total=max(int(trials), 1), best="best -"
+            f"  {name} [{tuner or 'no trials'}{score}]", total=max(int(trials), 1), best="best -"
         )
 
     def layer_budget(self, name: str, trials: int) -> None:

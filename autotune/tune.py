@@ -308,7 +308,7 @@ class TuneSession:
                 outcomes[name] = self._close_layer(open_.pop(name))
             for layer in pending:  # the budget did not reach it
                 if layer.name not in outcomes:
-                    outcomes[layer.name] = self._close_layer(self._open_layer(layer, progress[layer.name]))
+                    outcomes[layer.name] = self._close_layer(self._open_layer(layer, progress[layer.name], reached=False))
             for layer in tunable:
                 outcome = outcomes[layer.name]
                 # what a roofline split went by; the table's share is of the measured time
@@ -455,16 +455,23 @@ class TuneSession:
         self.reporter.end_layer(layer.name, out)
         return out
 
-    def _open_layer(self, layer, progress: LayerProgress) -> "_LayerTuning":
-        """Match, dispatch and make the layer's tuner, told what earlier runs measured."""
+    def _open_layer(self, layer, progress: LayerProgress, *, reached: bool = True) -> "_LayerTuning":
+        """Match, dispatch and make the layer's tuner, told what earlier runs measured.
+
+        A layer the budget did not ``reached`` is opened only to be closed: no tuner is
+        made, and its start names none (it named the tuner dispatch would have picked,
+        with that tuner's warning of shallow history, for a layer given no trial)."""
         space = self._space(layer)
         m, decision = self._match(layer, space, tuning=True)
         out = self._layer_outcome(layer, m, decision)
-        self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
+        self.reporter.start_layer(layer.name, 0, decision.tuner if reached else None, m.score)
         out["default_latency"] = progress.default_s  # timed for every pending layer before tuning
         # its tuner is a param once the layer closes: the budget may not reach it
         self.tracker.open_layer(layer.name, params={"op_class": layer.op_class}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch})
-        tuner, earlier = self._layer_tuner(layer, space, m, decision, out)
+        if reached:
+            tuner, earlier = self._layer_tuner(layer, space, m, decision, out)
+        else:
+            tuner, earlier = None, self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
         out["resumed"] = sum(1 for r in earlier if r.status != "invalid")
         best = min((r.latency_median for r in earlier if r.ok), default=None)
         return _LayerTuning(layer, space, decision.tuner, tuner, out, best, others_at_match=self._measured_by_class.get(layer.op_class, 0))

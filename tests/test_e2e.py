@@ -197,13 +197,18 @@ def test_layers_history_covers_leave_the_whole_budget_to_the_others(tmp_path, ca
     the trials it would have had go to the layer that still needs them."""
     model, history = _small_cnn(tmp_path / "small.onnx"), tmp_path / "history.db"
 
+    starts: dict[str, str | None] = {}
+
     def tune(*flags: str) -> dict:
         capsys.readouterr()
         assert main([
             "tune", str(model), "--target", "llvm", "--tuner", "random", "--batch", "4", "--history", str(history),
-            "--no-mlflow", "--quiet", "--json", "--no-model-latency", "--no-verify", *flags,
+            "--no-mlflow", "--json", "--no-model-latency", "--no-verify", *flags,
         ]) == 0
-        return {l["name"]: l for l in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["layers"]}
+        events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+        starts.clear()
+        starts.update((e["layer"], e["tuner"]) for e in events if e.get("event") == "start_layer")
+        return {l["name"]: l for l in events[-1]["layers"]}
 
     first = tune("--trials", "4", "--max-layers", "1")
     assert len(first) == 1
@@ -216,6 +221,8 @@ def test_layers_history_covers_leave_the_whole_budget_to_the_others(tmp_path, ca
     assert len(covered) < len(second)  # 8 trials at 4 a layer did not reach every layer
     # a layer the budget did not reach names no tuner (it named the one it would have had)
     assert all(l["tuner"] is None for name, l in second.items() if name not in covered)
+    assert all(starts[name] is None for name in second if name not in covered)  # as its progress event said
+    assert all(starts[name] == "random" for name, l in second.items() if l["trials"] > 0)
     assert all(l["tuner"] == "random" for name, l in second.items() if l["trials"] > 0)
     third = tune("--trials", "4", "--max-layers", "1")
     assert {name for name, l in third.items() if l["dispatch"] == "exact"} == covered
