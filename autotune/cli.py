@@ -523,10 +523,32 @@ def cmd_history_import(args) -> int:
     source = io.StringIO(text)
     source.name = name
     export = read_export(source)  # checked whole before the history is even opened: a bad file changes no byte of it
+    _check_import_references(args.history, export)
     with open_history(args.history) as store:
         counts = import_json(store, export)
-    print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present)")
+    n_runs = counts.get("runs_added", 0)
+    runs = f", {n_runs} run{'s' if n_runs != 1 else ''}" if n_runs else ""
+    print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present){runs}")
     return 0
+
+
+def _check_import_references(location: str | None, export) -> None:
+    """The workloads and targets an export's records name, looked up in the file and in
+    history opened read-only (opening it to write rewrites its header)."""
+    from autotune.history import HistoryError, open_history, resolve_location
+    from autotune.history.io import check_references
+    from autotune.history.location import sqlite_file
+
+    path = sqlite_file(resolve_location(location))
+    if path is not None and not path.exists():
+        check_references(export, None)
+        return
+    try:
+        store = open_history(location, create=False, readonly=True)
+    except HistoryError:  # a database with no history tables yet, say: the import's own checks answer
+        return
+    with store:
+        check_references(export, store)
 
 
 def cmd_history_rm(args) -> int:

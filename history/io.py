@@ -3,6 +3,10 @@
 Records carry workload and target *keys* (ids are local to one database). Import checks
 the whole file before writing and writes in one transaction: a bad file changes nothing,
 and importing the same file twice adds nothing the second time.
+
+The runs that wrote the records travel too (``runs``, optional: files written before
+2026-11-27 have none, and readers before then skip it): imported history listed no runs,
+and ``history rm`` pointed to ``history runs`` for ids it then could not show.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from sqlalchemy import and_, insert, select
 
 from . import schema
 from .errors import HistoryError
-from .models import RECORD_STATUSES, TargetInfo, WorkloadInfo, sample_stats
+from .models import RECORD_STATUSES, RUN_STATUSES, TargetInfo, WorkloadInfo, canonical_json, sample_stats
 from .store import _PG_IMPORT_LOCK, HistoryStore
 
 FORMAT = "autotune-history"
@@ -49,6 +53,11 @@ def _record_to_json(rec: Any) -> dict[str, Any]:
     }
 
 
+def _run_to_json(run: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: run[name] for name in ("run_id", "model", "target_key", "tuner", "params", "status", "started_at",
+                                         "finished_at", "summary")}
+
+
 def export_json(
     store: HistoryStore,
     fp_or_path: str | os.PathLike[str] | IO[str],
@@ -69,6 +78,10 @@ def export_json(
         # A filtered export carries what its records need (plus the named workload/target).
         workloads = [w for w in workloads if w.key in used_workloads or w.key == workload_key]
         targets = [t for t in targets if t.key in used_targets or t.key == target_key]
+    runs = store.runs()
+    if workload_key is not None or target_key is not None:
+        wrote = {r.run_id for r in records}
+        runs = [run for run in runs if run["run_id"] in wrote]
     document = {
         "format": FORMAT,
         "version": VERSION,
@@ -85,6 +98,7 @@ def export_json(
             for w in workloads
         ],
         "records": [_record_to_json(r) for r in records],
+        "runs": [_run_to_json(run) for run in runs],
     }
     text = json.dumps(document, indent=1, sort_keys=True, allow_nan=False)
     if hasattr(fp_or_path, "write"):
@@ -93,7 +107,11 @@ def export_json(
         return len(records)
     path = os.path.abspath(os.fspath(fp_or_path))  # type: ignore[arg-type]
     directory = os.path.dirname(path)
+    if _is_sqlite_file(path):
+        # `history export --history h.db h.db` (or another database) replaced it with JSON
+        raise HistoryError(f"refusing to export history over {path}: it is a SQLite database (name another file)")
     try:
+        os.makedirs(directory, exist_ok=True)  # as `tune --out` and `compile -o` make theirs
         fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".json.tmp", dir=directory)
     except OSError as exc:
         raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
@@ -112,6 +130,14 @@ def export_json(
             pass
         raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
     return len(records)
+
+
+def _is_sqlite_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------ validation
@@ -196,11 +222,7 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     samples = _numbers(item, where, "samples")
     if any(s < 0 for s in samples):
         raise _Invalid(f"{where}.samples: latencies must be >= 0 seconds")
-    created_at = _get(item, where, "created_at", (str,))
-    try:
-        datetime.fromisoformat(created_at)
-    except ValueError:
-        raise _Invalid(f"{where}.created_at: {created_at!r} is not an ISO-8601 timestamp") from None
+    created_at = _timestamp(item, where, "created_at")
     mean, median, std, repeats = sample_stats(samples)
     computed = (mean, median, std)
     # Stored statistics are kept as exported (they identify duplicates); missing ones are
@@ -240,7 +262,37 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _parse(doc: Any) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[str, Any]]]:
+def _timestamp(item: Mapping[str, Any], where: str, name: str, *, nullable: bool = False) -> str | None:
+    value = _get(item, where, name, (str,), nullable=nullable)
+    if value is not None:
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise _Invalid(f"{where}.{name}: {value!r} is not an ISO-8601 timestamp") from None
+    return value
+
+
+def _parse_run(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    run_id = _get(item, where, "run_id", (str,))
+    if not run_id.strip():
+        raise _Invalid(f"{where}.run_id: must not be empty")
+    status = _get(item, where, "status", (str,))
+    if status not in RUN_STATUSES:
+        raise _Invalid(f"{where}.status: {status!r} is not one of {', '.join(RUN_STATUSES)}")
+    return {
+        "run_id": run_id,
+        "model": _get(item, where, "model", (str,)),
+        "target_key": _get(item, where, "target_key", (str,)),
+        "tuner": _get(item, where, "tuner", (str,)),
+        "params": _get(item, where, "params", (dict,)),
+        "status": status,
+        "started_at": _timestamp(item, where, "started_at"),
+        "finished_at": _timestamp(item, where, "finished_at", nullable=True),
+        "summary": _get(item, where, "summary", (dict,), required=False, nullable=True),
+    }
+
+
+def _parse(doc: Any) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[str, Any]], list[dict[str, Any]]]:
     if not isinstance(doc, dict):
         raise _Invalid(f"expected a JSON object at top level, got {type(doc).__name__}")
     if doc.get("format") != FORMAT:
@@ -251,7 +303,8 @@ def _parse(doc: Any) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[st
     targets = [_parse_target(t, f"targets[{i}]") for i, t in enumerate(_items(doc, "targets"))]
     workloads = [_parse_workload(w, f"workloads[{i}]") for i, w in enumerate(_items(doc, "workloads"))]
     records = [_parse_record(r, f"records[{i}]") for i, r in enumerate(_items(doc, "records"))]
-    return targets, workloads, records
+    runs = [_parse_run(r, f"runs[{i}]") for i, r in enumerate(_items(doc, "runs"))] if "runs" in doc else []
+    return targets, workloads, records, runs
 
 
 @dataclass(frozen=True)
@@ -262,6 +315,7 @@ class Export:
     targets: list[TargetInfo]
     workloads: list[WorkloadInfo]
     records: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
 
 
 def read_export(fp_or_path: str | os.PathLike[str] | IO[str]) -> Export:
@@ -297,6 +351,22 @@ def read_export(fp_or_path: str | os.PathLike[str] | IO[str]) -> Export:
         raise HistoryError(f"cannot import {name}: {exc}; nothing was imported") from None
 
 
+def check_references(export: Export, store: HistoryStore | None) -> None:
+    """Refuse, before history is opened for writing (which rewrites its header), an
+    export whose records or runs name a workload or target neither the file nor
+    ``store`` (None: a history not created yet) holds; inside the import's transaction
+    such a file was rolled back, but its bytes had changed."""
+    workloads = {w.key for w in export.workloads} | ({w.key for w in store.workloads()} if store is not None else set())
+    targets = {t.key for t in export.targets} | ({t.key for t in store.targets()} if store is not None else set())
+    where = f"history at {store.location}" if store is not None else "history (not created yet)"
+    for section, items in (("records", export.records), ("runs", export.runs)):
+        for i, item in enumerate(items):
+            for kind, key, known in (("workload", item.get("workload_key"), workloads), ("target", item["target_key"], targets)):
+                if key is not None and key not in known:
+                    raise HistoryError(f"cannot import {export.name}: {section}[{i}]: unknown {kind} {key!r}: neither the "
+                                       f"file nor {where} has it; nothing was imported")
+
+
 def import_json(store: HistoryStore, source: str | os.PathLike[str] | IO[str] | Export) -> dict[str, int]:
     """Merge an export (a file, a stream, or one :func:`read_export` read) into ``store``
     in one transaction; returns counts of what was added/skipped.
@@ -306,7 +376,7 @@ def import_json(store: HistoryStore, source: str | os.PathLike[str] | IO[str] | 
     """
     export = source if isinstance(source, Export) else read_export(source)
     name, targets, workloads, records = export.name, export.targets, export.workloads, export.records
-    counts = {"added": 0, "skipped": 0, "targets_added": 0, "workloads_added": 0}
+    counts = {"added": 0, "skipped": 0, "targets_added": 0, "workloads_added": 0, "runs_added": 0}
     r = schema.records
     with store._write("import") as conn:
         store._serialize(conn, _PG_IMPORT_LOCK)
@@ -361,7 +431,29 @@ def import_json(store: HistoryStore, source: str | os.PathLike[str] | IO[str] | 
                 continue
             conn.execute(insert(r).values(**values))
             counts["added"] += 1
+        counts["runs_added"] = _import_runs(store, conn, name, export.runs)
     return counts
+
+
+def _import_runs(store: HistoryStore, conn: Any, name: str, runs: list[dict[str, Any]]) -> int:
+    """The runs history lacks, as they were; a run id it holds already is left alone
+    (the same file imported again, or the run's own history)."""
+    table = schema.runs
+    added = 0
+    for i, run in enumerate(runs):
+        if conn.execute(select(table.c.id).where(table.c.id == run["run_id"])).first() is not None:
+            continue
+        try:
+            target_id = store._target_id(conn, run["target_key"])
+        except HistoryError as exc:
+            raise HistoryError(f"cannot import {name}: runs[{i}]: {exc}; nothing was imported") from None
+        conn.execute(insert(table).values(
+            id=run["run_id"], model=run["model"], target_id=target_id, tuner=run["tuner"],
+            params_json=canonical_json(run["params"]), status=run["status"], started_at=run["started_at"],
+            finished_at=run["finished_at"], summary_json=None if run["summary"] is None else canonical_json(run["summary"]),
+        ))
+        added += 1
+    return added
 
 
 __all__ = ["export_json", "import_json", "FORMAT", "VERSION"]

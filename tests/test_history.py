@@ -559,11 +559,11 @@ def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
 def check_import_merges(src: HistoryStore, dst: HistoryStore, out: Path) -> None:
     """``out`` (``populated`` ``src``'s export) into an empty ``dst``: everything once,
     nothing on a second import, and later source records merge in."""
-    assert import_json(dst, out) == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3}
+    assert import_json(dst, out) == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3, "runs_added": 0}
     assert record_dicts(dst) == record_dicts(src)
     assert dst.targets() == src.targets()
     assert dst.workloads() == src.workloads()
-    assert import_json(dst, out) == {"added": 0, "skipped": 6, "targets_added": 0, "workloads_added": 0}
+    assert import_json(dst, out) == {"added": 0, "skipped": 6, "targets_added": 0, "workloads_added": 0, "runs_added": 0}
     assert record_dicts(dst) == record_dicts(src)
     # New records on the source side merge in; old ones are still skipped.
     src.add_record(workload_key=DENSE.key, target_key=CPU.key, space_id="d1", config={"k": 4}, samples=[2e-3], status="ok")
@@ -572,6 +572,65 @@ def check_import_merges(src: HistoryStore, dst: HistoryStore, out: Path) -> None
     buf.seek(0)
     assert import_json(dst, buf)["added"] == 1
     assert record_dicts(dst) == record_dicts(src)
+
+
+def test_runs_travel_with_their_records(tmp_path: Path, capsys) -> None:
+    """An export carries the runs (all of them, or a filtered export's records' runs), and
+    an import adds the ones history lacks: imported history listed no runs, and
+    ``history rm`` pointed to ``history runs`` for ids it could not show. A file with no
+    runs (written before) still imports; a malformed run is refused like a record."""
+    from autotune.cli import main
+
+    src = populated(tmp_path / "src.db")
+    src.start_run("r1", model="resnet18", target_key=GPU.key, tuner="random", params={"trials": 3})
+    src.finish_run("r1", "finished", {"layers": 1})
+    src.start_run("r2", model="dense", target_key=CPU.key, tuner="xgb", params={})
+    out = tmp_path / "export.json"
+    export_json(src, out)
+    assert [r["run_id"] for r in json.loads(out.read_text())["runs"]] == ["r1", "r2"]
+    buf = io.StringIO()
+    export_json(src, buf, workload_key=CONV.key, target_key=GPU.key)
+    assert [r["run_id"] for r in json.loads(buf.getvalue())["runs"]] == ["r1"]  # the one its records name
+    with open_history(tmp_path / "dst.db") as dst:
+        assert import_json(dst, out)["runs_added"] == 2
+        assert [{k: v for k, v in r.items() if k != "n_records"} for r in dst.runs()] == \
+               [{k: v for k, v in r.items() if k != "n_records"} for r in src.runs()]
+        assert [r["n_records"] for r in dst.runs()] == [3, 0]
+        assert import_json(dst, out)["runs_added"] == 0
+    src.close()
+    assert main(["history", "runs", "--history", str(tmp_path / "dst.db")]) == 0
+    assert "resnet18" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    del doc["runs"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    with open_history(tmp_path / "old.db") as old:
+        assert import_json(old, tmp_path / "old.json")["added"] == 6 and old.runs() == []
+    for mutate, message in ((_set("runs", 0, "status", "done"), r"runs\[0\]\.status: 'done' is not one of"),
+                            (_set("runs", 1, "started_at", "noon"), r"runs\[1\]\.started_at: 'noon' is not an ISO-8601"),
+                            (_set("runs", 0, "target_key", "cuda:sm_1:ghost"), r"runs\[0\]: .*unknown target")):
+        bad = json.loads(out.read_text())
+        mutate(bad)
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with open_history(tmp_path / "bad.db") as store, pytest.raises(HistoryError, match=message):
+            import_json(store, tmp_path / "bad.json")
+        with open_history(tmp_path / "bad.db") as store:
+            assert store.records() == [] and store.runs() == []
+
+
+def test_export_refuses_to_overwrite_a_database(tmp_path: Path) -> None:
+    """``history export --history h.db h.db`` replaced the database with its JSON; a
+    missing folder on the way is made, as ``tune --out`` makes its own."""
+    from autotune.cli import main
+
+    populated(tmp_path / "h.db").close()
+    populated(tmp_path / "other.db").close()
+    for victim in ("h.db", "other.db"):
+        before = file_sha(tmp_path / victim)
+        with open_history(tmp_path / "h.db", readonly=True) as store, pytest.raises(HistoryError, match="it is a SQLite database"):
+            export_json(store, tmp_path / victim)
+        assert file_sha(tmp_path / victim) == before
+    assert main(["history", "export", "--history", str(tmp_path / "h.db"), str(tmp_path / "new" / "dir" / "e.json")]) == 0
+    assert len(json.loads((tmp_path / "new" / "dir" / "e.json").read_text())["records"]) == 6
 
 
 def test_filtered_export(tmp_path: Path) -> None:
@@ -647,6 +706,21 @@ def test_a_bad_import_through_the_cli_leaves_every_byte_of_the_history_file(tmp_
     assert main(["history", "import", str(tmp_path / "bad.json"), "--history", str(path)]) == 2
     assert "latency_median: must be >= 0" in capsys.readouterr().err
     assert file_sha(path) == before
+    # a record of a workload neither the file nor history holds: refused inside the
+    # import's transaction, rolled back, but the file's bytes had changed
+    doc = _valid_doc(tmp_path)
+    doc["records"][5]["workload_key"] = "ghost"
+    doc["workloads"] = [w for w in doc["workloads"] if w["key"] != DENSE.key]
+    doc["records"][0]["workload_key"] = DENSE.key  # in history, not in the file: fine
+    (tmp_path / "ghost.json").write_text(json.dumps(doc))
+    assert main(["history", "import", str(tmp_path / "ghost.json"), "--history", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("records[5]: unknown workload 'ghost': neither the file nor history at "
+                        f"{path} has it; nothing was imported"), err
+    assert file_sha(path) == before
+    assert main(["history", "import", str(tmp_path / "ghost.json"), "--history", str(tmp_path / "new.db")]) == 2
+    assert "neither the file nor history (not created yet) has it" in capsys.readouterr().err
+    assert not (tmp_path / "new.db").exists()
 
 
 @pytest.mark.parametrize("case", sorted(BAD_IMPORTS))
