@@ -582,8 +582,13 @@ def cmd_report(args) -> int:
     from autotune import api
     from autotune import report as reporting
 
+    from autotune.compile import check_output_dir
+
+    if args.out_dir:
+        check_output_dir(args.out_dir)  # a file in its place ended in a traceback
     data = api.report(args.run, mlflow_uri=args.mlflow_uri, history=args.history)
     out_dir = Path(args.out_dir) if args.out_dir else Path(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
+    check_output_dir(out_dir)
     paths = reporting.write_artifacts(data, out_dir)
     if args.json:
         # the run's own figures (model latency before and after, measuring time...) beside its rows

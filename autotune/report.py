@@ -447,6 +447,10 @@ def _read_report_file(path: Path) -> dict[str, Any]:
         raise AutotuneError(f"cannot read report {path}: {exc}") from None
     if not isinstance(data, dict):
         raise AutotuneError(f"{path} is not a report (expected a JSON object)")
+    layers = data.get("layers")
+    if not isinstance(layers, list) or not all(isinstance(layer, dict) for layer in layers):
+        # a history export read as one printed an empty table titled '? on ?'
+        raise AutotuneError(f"{path} is not an autotune report (it has no list of layers)")
     return data
 
 
@@ -545,8 +549,12 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
         local = _local_report(run_id)
         if local is not None:
             return _read_report_file(local)
-    from autotune.tracking import _fast_fail_http, _one_line, _quiet_mlflow, env_defaults, open_client
+    from autotune.tracking import _fast_fail_http, _one_line, _quiet_mlflow, _sqlite_path, env_defaults, open_client, resolve_tracking_uri
 
+    resolved = resolve_tracking_uri(tracking_uri)
+    store_file = _sqlite_path(resolved)
+    if store_file is not None and not store_file.exists():  # no runs there: not made just to be asked
+        raise AutotuneError(_why_not_found(run_id, resolved, history))
     client, uri = open_client(tracking_uri)
     quiet = env_defaults(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     try:

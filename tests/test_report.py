@@ -232,7 +232,7 @@ def test_a_run_with_no_report_is_explained_by_history(tmp_path: Path, monkeypatc
         load_report("0123456789ab")  # the default history, which holds no such run
 
 
-def test_load_report_errors(tmp_path: Path) -> None:
+def test_load_report_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(AutotuneError, match="no report.json"):
         load_report(tmp_path / "empty")
@@ -240,6 +240,29 @@ def test_load_report_errors(tmp_path: Path) -> None:
     (tmp_path / "bad" / "report.json").write_text("[1, 2")
     with pytest.raises(AutotuneError, match="cannot read report"):
         load_report(tmp_path / "bad")
+    # any other JSON object (a history export) printed an empty table titled '? on ?'
+    (tmp_path / "export.json").write_text(json.dumps({"format": "autotune-history", "records": []}))
+    with pytest.raises(AutotuneError, match="is not an autotune report"):
+        load_report(tmp_path / "export.json")
+    # an id looked up in a store not made yet: said, and the store is not made to be asked
+    store = tmp_path / "never" / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store.as_posix()}")
+    with pytest.raises(AutotuneError, match="neither a directory"):
+        load_report("abcdef012345")
+    assert not store.parent.exists()
+
+
+def test_report_refuses_a_file_for_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    write_artifacts(make_report(), tmp_path / "run")
+    (tmp_path / "afile").write_text("keep")
+    assert main(["report", "run", "--out-dir", "afile"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["autotune: error: cannot write the report in afile: it is a file, not a directory"]
+    assert (tmp_path / "afile").read_text() == "keep"
+    assert main(["report", "run", "--out-dir", "again"]) == 0 and (tmp_path / "again" / "report.csv").is_file()
 
 
 def test_load_report_by_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
