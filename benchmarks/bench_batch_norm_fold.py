@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 from _timing import time_in_turns  # noqa: E402
 
 
@@ -143,7 +143,7 @@ def one_seed_tuned(model: str, size: int, trials: int, seed: int, target, layeri
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--models", default="resnet18,mobilenetv2")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--trials", type=int, default=64, help="measured trials of the tune (the whole model)")
@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--schedules", choices=("twins", "tuned"), default="twins",
                         help="twins: every layering gets the separate tune's conv schedules; tuned: each layering tuned on its own")
     parser.add_argument("--layerings", default="epilogue,weights", help="compared with separate: epilogue, weights or both")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
 
     from autotune.target import resolve_target
@@ -182,4 +182,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

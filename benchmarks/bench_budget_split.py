@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 from _timing import time_in_turns  # noqa: E402
 
 #: what each name given to ``--splits`` tunes with (TuneOptions fields)
@@ -94,7 +94,7 @@ def one_seed(model: str, size: int, trials: int, seed: int, target, splits: list
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--models", default="transformer,mobilenetv2,resnet18")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--trials", type=int, default=64, help="measured trials of each tune (the whole model)")
@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--splits", default="adaptive,roofline",
                         help=f"comma-separated, the first the reference the others are divided by: {', '.join(SPLITS)}")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
 
     from autotune.target import resolve_target
@@ -140,4 +140,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

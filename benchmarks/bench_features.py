@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 
 def spearman(a, b) -> float:
@@ -123,7 +123,7 @@ def drawn_from_file(path: str, target_key: str, layer, n: int, seed: int = 0) ->
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--layers", default="resnet18:0,resnet18:4,resnet18:11,mobilenetv2:5")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--configs", type=int, default=120)
@@ -133,7 +133,7 @@ def main() -> int:
     parser.add_argument("--device-name", help="the GPU the file was measured on (its target key names it)")
     parser.add_argument("--no-shared-memory-estimate", action="store_true",
                         help="CUDA spaces as the file's runs before 2026-11-26 drew them")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     if args.measurements and not os.path.exists(args.measurements):
         raise SystemExit(f"error: --measurements: no file at {args.measurements}")
@@ -181,4 +181,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

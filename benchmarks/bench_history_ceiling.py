@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 from history_guided.history_setup import priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.measurers import CachedMeasurer  # noqa: E402
@@ -39,7 +39,7 @@ PREFIXES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--history-db", required=True, help="the history the guided benchmark ran with")
     parser.add_argument("--targets", default="resnet18:7,resnet18:0,resnet18:3", help="MODEL:INDEX of layers, as in the guided benchmark")
     parser.add_argument("--exclude", help="MODEL:INDEX layers kept out of matching besides --targets (the guided run's other targets)")
@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--device-name", help="match history filed under this device (the guided run's, if another machine)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--measurements", help="JSON-lines measurement file, shared with the guided benchmark's format")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     if not os.path.exists(args.history_db):
         raise SystemExit(f"--history-db: no history at {args.history_db}")
@@ -98,4 +98,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 from history_guided.history_setup import build_history, copy_database, layers_to_complete, priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
@@ -57,7 +57,7 @@ from history_guided.tuner_specs import make_run_tuner, pairs_of  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--size", type=int, default=56, help="image side for the zoo models (default 56)")
     parser.add_argument("--source", default="resnet50,vgg11",
                         help="models whose layers form the history; MODEL@SIZE at another image size, MODEL[@SIZE]:INDEX one layer")
@@ -97,7 +97,7 @@ def main() -> int:
                         help="how a replay answers a config the file lacks: the nearest measured config's latency (as every "
                              "recorded replay did), or a surrogate model's of the layer's measured configs (fewer false finds "
                              "on the H100 file: benchmarks/bench_replay_approximation.py)")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     parser.add_argument("--plot-dir", help="write one convergence plot per layer here")
     parser.add_argument("--from-json", help="print the markdown table of earlier result files, comma-separated (and plot them with --plot-dir)")
     args = parser.parse_args()
@@ -106,8 +106,14 @@ def main() -> int:
         # print as one table whose medians cover all their layers.
         parts = []
         for path in args.from_json.split(","):
-            with open(path, encoding="utf-8") as fh:
-                parts.append(json.load(fh))
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    part = json.load(fh)
+            except (OSError, ValueError) as err:
+                parser.error(f"--from-json: cannot read {path}: {getattr(err, 'strerror', None) or err}")
+            if not isinstance(part, dict) or not isinstance(part.get("layers"), list):
+                parser.error(f"--from-json: {path} is no result of this benchmark (it has no list of layers)")
+            parts.append(part)
         earlier = {**parts[0], "layers": [row for part in parts for row in part["layers"]]}
         print(markdown_table(earlier))
         if args.plot_dir:
@@ -324,4 +330,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -30,7 +30,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 
 def cuda_sources(layer_spec: str, size: int, configs: int, target, seed: int) -> tuple[list[str], int]:
@@ -69,13 +69,13 @@ def compile_seconds(source: str, arch: str) -> tuple[float, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--layers", default="resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5")
     parser.add_argument("--size", type=int, default=56, help="input side (56: the history-guided benchmark's)")
     parser.add_argument("--configs", type=int, default=8)
     parser.add_argument("--arch", default=None, help="sm_XY (default: the GPU's, else sm_90)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
 
     from autotune import nvrtc_headers
@@ -120,4 +120,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

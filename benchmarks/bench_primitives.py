@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, positive_int, run_main  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -168,16 +168,19 @@ def bench_one(p: Primitive, *, trials: int, target: str, repeat: int, work: Path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=64, help="measured trials per primitive")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser.add_argument("--trials", type=positive_int, default=64, help="measured trials per primitive")
     parser.add_argument("--target", default="llvm")
-    parser.add_argument("--repeat", type=int, default=20, help="timed repeats (medians kept)")
+    parser.add_argument("--repeat", type=positive_int, default=20, help="timed repeats (medians kept)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", choices=[p.name for p in PRIMITIVES], help="a subset")
-    parser.add_argument("--out", help="write the JSON result here too")
+    parser.add_argument("--out", type=out_file, help="write the JSON result here too (missing folders are made)")
     args = parser.parse_args()
 
-    import torch
+    try:
+        import torch
+    except ImportError:
+        parser.error("needs PyTorch, the vendor baseline it times (not a dependency of autotune): pip install torch==2.13.0")
 
     from autotune.roofline import local_cpu_name
     from autotune.target import resolve_target
@@ -216,4 +219,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

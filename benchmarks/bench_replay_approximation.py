@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.progress import log  # noqa: E402
 from history_guided.recorded import measured_configs, recorded_space, recorded_target  # noqa: E402
@@ -74,7 +74,7 @@ def judge(answers: np.ndarray, measured: np.ndarray) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--measurements", required=True, help="a history-guided benchmark's JSON-lines measurement file")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3", help="MODEL:INDEX of layers")
     parser.add_argument("--size", type=int, default=56)
@@ -82,7 +82,7 @@ def main() -> int:
     parser.add_argument("--device-name", help="the device the file was measured on (e.g. the GPU's)")
     parser.add_argument("--no-shared-memory-estimate", action="store_true", help="the CUDA spaces as the run had them")
     parser.add_argument("--seed", type=int, default=0, help="how the configs are split into fifths")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     if not os.path.exists(args.measurements):
         raise SystemExit(f"error: --measurements: no file at {args.measurements}")
@@ -110,4 +110,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 from bench_budget_split import tuned_time  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -54,16 +54,27 @@ def summary(report: dict, seconds: float) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--base", required=True, help="the earlier commit (any git revision)")
     parser.add_argument("--models", required=True, help="comma-separated MODEL:TRIALS (a zoo name or an ONNX path)")
     parser.add_argument("--size", type=int, default=56, help="input size of zoo models")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    models = [(m.rsplit(":", 1)[0], int(m.rsplit(":", 1)[1])) for m in args.models.split(",")]
-    base = subprocess.run(["git", "-C", ROOT, "rev-parse", args.base], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds: expected comma-separated whole numbers, got {args.seeds!r}")
+    models = []
+    for m in args.models.split(","):
+        name, _, trials = m.rpartition(":")
+        if not name or not trials.isdigit() or int(trials) < 1:
+            parser.error(f"--models: expected MODEL:TRIALS (e.g. dqn:24), got {m!r}")
+        models.append((name, int(trials)))
+    found = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", f"{args.base}^{{commit}}"], capture_output=True, text=True)
+    if found.returncode:
+        parser.error(f"--base: {args.base!r} is no commit of {ROOT}")
+    base = found.stdout.strip()
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                                 capture_output=True, text=True, check=True).stdout.strip())
@@ -102,4 +113,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 from history_guided.history_setup import priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.progress import log  # noqa: E402
@@ -77,7 +77,7 @@ def rejected_first(tuner, space) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--history-db", required=True, help="the history the guided benchmark ran with (completed)")
     parser.add_argument("--measurements", required=True, help="the guided benchmark's JSON-lines measurement file")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3", help="MODEL:INDEX of layers")
@@ -89,7 +89,7 @@ def main() -> int:
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--device-name", help="the device the file and history were measured on (e.g. the GPU's)")
     parser.add_argument("--no-shared-memory-estimate", action="store_true", help="the CUDA spaces as the run had them")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     for flag, path in (("--history-db", args.history_db), ("--measurements", args.measurements)):
         if not os.path.exists(path):
@@ -142,4 +142,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -29,6 +29,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _emit import positive_int, run_main  # noqa: E402
 
 from autotune.search import PriorRecord, make_tuner  # noqa: E402
 import autotune.search.xgb_tuner  # noqa: E402,F401  (imports xgboost/scipy outside the timings)
@@ -136,20 +138,28 @@ def bench(name: str, n_priors: int, batch: int, rounds: int, seed: int = 0) -> d
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--priors", default="1000,100000")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--tuners", default="tl_xgb,gga")
+    from autotune.search import TUNERS
+
+    def counts(text: str) -> list[int]:
+        return [positive_int(part) for part in text.split(",")]
+
+    def tuners(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in TUNERS]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown tuner {unknown[0]!r} (choose from {', '.join(TUNERS)})")
+        return names
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--priors", type=counts, default="1000,100000", help="history records the tuners hold, comma-separated (default 1000,100000)")
+    ap.add_argument("--batch", type=positive_int, default=16, help="configs proposed per round (default 16)")
+    ap.add_argument("--rounds", type=positive_int, default=6, help="rounds timed (default 6)")
+    ap.add_argument("--tuners", type=tuners, default="tl_xgb,gga", help="comma-separated (default tl_xgb,gga)")
     args = ap.parse_args()
-    results = [
-        bench(t, int(n), args.batch, args.rounds)
-        for t in args.tuners.split(",")
-        for n in args.priors.split(",")
-    ]
+    results = [bench(t, n, args.batch, args.rounds) for t in args.tuners for n in args.priors]
     print(json.dumps({"bench": "tuner_overhead", "batch": args.batch,
                       "rounds": args.rounds, "nthread": 2, "results": results}))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main))

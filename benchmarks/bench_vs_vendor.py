@@ -30,7 +30,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM  # noqa: E402
 
@@ -138,7 +138,7 @@ def model_latency_torch(ctor: str, size: int, dtype: str) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--model", default="resnet18", help="a zoo name or the ONNX file that was tuned")
     parser.add_argument("--torchvision", help="torchvision model for the whole-model comparison "
                         "(default: the zoo model's counterpart, none for a file)")
@@ -149,7 +149,7 @@ def main() -> int:
     parser.add_argument("--target", default="cuda")
     parser.add_argument("--tf32", action="store_true", help="let cuDNN/cuBLAS use TF32 tensor cores")
     parser.add_argument("--ours-model-ms", type=float, help="whole-model latency of our tuned export (autotune run)")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     parser.add_argument("--rescore", help="recompute the summary of an earlier result file (no GPU needed)")
     args = parser.parse_args()
     if args.rescore:
@@ -224,4 +224,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

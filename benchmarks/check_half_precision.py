@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 MODELS = "resnet18,mobilenetv2,transformer,dqn,autoencoder,speech,seq2seq,memnet,alexnet,vgg11"
 
@@ -61,12 +61,12 @@ def check_model(name: str, size: int | None, target: str, history: str | None, f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--size", type=int, help="input size for the image and sequence models (default: each model's)")
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--history", help="compile with this history's schedules (default: TVM's defaults)")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     from autotune import zoo
 
@@ -84,4 +84,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

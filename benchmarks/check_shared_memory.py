@@ -32,7 +32,7 @@ from collections import Counter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 #: The CUDA target the spaces are built for (the lent H100's arch); nothing is run.
 TARGET = "cuda:sm_90"
@@ -112,14 +112,14 @@ def check_draws(models: list[str], draws: int, size: int | None, target, seed: i
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--measurements", help="a benchmark's measurement file (JSON lines)")
     parser.add_argument("--layers", help="MODEL:INDEX of the file's layers to check (bench_history_guided's numbering)")
     parser.add_argument("--models", help="check every tunable layer of these zoo models on random draws")
     parser.add_argument("--draws", type=int, default=16)
     parser.add_argument("--size", type=int, help="image side or sequence length (default: each model's own); "
                         "the measurement file's layers are numbered at 56, as bench_history_guided numbers them")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     if not (args.measurements and args.layers) and not args.models:
         parser.error("give --measurements with --layers, or --models")
@@ -141,4 +141,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

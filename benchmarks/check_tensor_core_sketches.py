@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 
 def check_layer(layer, target, arch: str, configs: int, tries: int, fatbin: bool, seed: int, judge: int = 0) -> dict:
@@ -97,7 +97,7 @@ def judge_checks(space, n: int, rng) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--size", type=int)
     parser.add_argument("--target", default="cuda:sm_90")
@@ -106,7 +106,7 @@ def main() -> int:
     parser.add_argument("--fatbin", action="store_true", help="also compile each with nvcc for the target arch")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--judge", type=int, default=0, help="random tensor-core configs per layer to judge the space's own checks on")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
 
     from autotune import zoo
@@ -147,4 +147,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 
 def random_modules(space, n: int, seed: int) -> list:
@@ -101,7 +101,7 @@ def on_pool(mods: list, target, workers: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--layer", default="resnet18:4", help="MODEL[@SIZE]:INDEX, as the history-guided benchmark names layers")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--target", default="cuda", help="cuda (the GPU here, or cuda:sm_90 without one) or llvm")
@@ -109,7 +109,7 @@ def main() -> int:
     parser.add_argument("--serial", type=int, default=16, help="of those, how many are built in this process first")
     parser.add_argument("--workers", type=int, default=0, help="build workers (default one per core)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
 
     from autotune.target import resolve_target
@@ -131,4 +131,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

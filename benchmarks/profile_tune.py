@@ -18,6 +18,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _emit import run_main  # noqa: E402
 
 
 def tune(model: str, size: int, trials: int, seed: int, split: str, db: str, target) -> dict:
@@ -34,7 +36,7 @@ def tune(model: str, size: int, trials: int, seed: int, split: str, db: str, tar
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--model", default="transformer")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--trials", type=int, default=64)
@@ -60,4 +62,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 from history_guided.layers import model_layers  # noqa: E402
 from history_guided.progress import log  # noqa: E402
 from history_guided.recorded import recorded_space  # noqa: E402
@@ -88,13 +88,13 @@ def retime(measurer, space, configs: list[str], rounds: int, seed: int) -> dict[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--results", required=True, help="a bench_history_guided.py result holding final_configs")
     parser.add_argument("--target", default="llvm", help="where to time: llvm here, cuda on the GPU machine")
     parser.add_argument("--rounds", type=int, default=5, help="timings per config, each in its own shuffled round")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept), as the benchmark's")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     if args.rounds < 1:
         raise SystemExit("error: --rounds must be at least 1")
@@ -145,4 +145,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

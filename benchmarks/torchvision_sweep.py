@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit  # noqa: E402
+from _emit import emit, out_file, run_main  # noqa: E402
 
 
 def export(names: list[str], out: Path) -> None:
@@ -105,13 +105,13 @@ def sweep(files: list[Path], trials: int) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("names", nargs="*", help="with --export or --pytorch: torchvision model names")
     parser.add_argument("--export", type=Path, help="write each named model's two exports into this folder, then stop")
     parser.add_argument("--models", type=Path, help="a folder of .onnx files to sweep")
     parser.add_argument("--pytorch", action="store_true", help="time the named models in PyTorch eager instead")
     parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     if args.export:
         export(args.names, args.export)
@@ -130,4 +130,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

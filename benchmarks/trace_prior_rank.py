@@ -23,6 +23,7 @@ from typing import Iterator
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+from _emit import run_main  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -50,6 +51,9 @@ def traced_fits(log: list[dict]) -> Iterator[None]:
 
 def main() -> int:
     args = sys.argv[1:]
+    if args[:1] in (["-h"], ["--help"]):
+        print("usage: trace_prior_rank.py --trace FILE -- BENCH_HISTORY_GUIDED_ARGUMENTS\n\n" + (__doc__ or "").strip())
+        return 0
     if "--trace" not in args or "--" not in args or args.index("--trace") + 1 >= len(args):
         raise SystemExit("usage: trace_prior_rank.py --trace FILE -- BENCH_HISTORY_GUIDED_ARGUMENTS")
     trace_path = args[args.index("--trace") + 1]
@@ -67,4 +71,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))
