@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate; the median is kept (default 5)")
+    p.add_argument("--min-repeat-ms", type=int, default=20, metavar="MS",
+                   help="each repeat calls the kernel until it has run this long (default 20)")
     p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on devices registered with an RPC tracker (IPv6: [::1]:9190:KEY)")
     p.add_argument("--run-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="a candidate that takes longer (with --rpc: its whole session) counts as a timeout (default 30)")
@@ -241,7 +243,7 @@ def cmd_tune(args) -> int:
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
         high=args.high, low=args.low, batch_norm=args.batch_norm, budget_split=args.budget_split, probes=args.probes,
-        repeat=args.repeat, rpc=args.rpc, run_timeout=args.run_timeout,
+        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=args.rpc, run_timeout=args.run_timeout,
     )
     if args.json:
         print(json.dumps({"event": "report", **report}, default=str))

@@ -33,13 +33,25 @@ class OptionError(AutotuneError, ValueError):
         return self.template.format(**{name: spell(name) for name in self.names})
 
 
-def check_count(value, name: str, *, zero_ok: bool = False, integer: bool = True) -> None:
-    """A count (``integer``) or a duration: positive, or with ``zero_ok`` not negative."""
+#: The most a count handed to TVM or XGBoost may be: TVM's evaluator takes 32-bit counts
+#: (``repeat`` 1e20 failed every candidate with "Expected int but got ffi.BigInt"), and
+#: XGBoost a 64-bit seed (a larger one stopped the tune with its traceback).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def check_count(value, name: str, *, zero_ok: bool = False, integer: bool = True, maximum: float | None = None) -> None:
+    """A count (``integer``) or a duration: positive, or with ``zero_ok`` not negative;
+    finite (an infinite ``run_timeout`` passed, then failed to be written to history),
+    and at most ``maximum`` where given."""
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value != value or value < 0 or (value == 0 and not zero_ok):
+    if (isinstance(value, bool) or not isinstance(value, kinds) or value != value or value < 0 or (value == 0 and not zero_ok)
+            or value == float("inf")):
         need = {(True, False): "a positive integer", (True, True): "0 or more (an integer)",
                 (False, False): "a positive number", (False, True): "0 or more"}[integer, zero_ok]
         raise OptionError(f"{{{name}}} must be {need}, got {quoted(value)}", name)
+    if maximum is not None and value > maximum:
+        raise OptionError(f"{{{name}}} must be at most {maximum}, got {quoted(value)}", name)
 
 
 def check_flag(value, name: str) -> None:

@@ -70,17 +70,26 @@ class MeasureOptions:
     once_per_program: bool = True
 
     def __post_init__(self) -> None:
-        from autotune.errors import OptionError, check_count, check_flag, quoted
+        from autotune.errors import INT32_MAX, OptionError, check_count, check_flag, quoted
 
         check_flag(self.once_per_program, "once_per_program")
         if self.rpc is not None and not isinstance(self.rpc, str):
             raise OptionError(f"{{rpc}} must be 'host:port:key', got {quoted(self.rpc)}", "rpc")
-        check_count(self.repeat, "repeat")
-        check_count(self.number, "number")
-        check_count(self.min_repeat_ms, "min_repeat_ms", zero_ok=True)
+        check_count(self.repeat, "repeat", maximum=INT32_MAX)
+        check_count(self.number, "number", maximum=INT32_MAX)
+        check_count(self.min_repeat_ms, "min_repeat_ms", zero_ok=True, maximum=INT32_MAX)
         check_count(self.build_timeout, "build_timeout", integer=False)
         check_count(self.run_timeout, "run_timeout", integer=False)
-        check_count(self.build_workers, "build_workers", zero_ok=True)
+        check_count(self.build_workers, "build_workers", zero_ok=True, maximum=INT32_MAX)
+        timed_s = self.repeat * self.min_repeat_ms / 1000
+        if self.run_timeout <= timed_s:
+            # each repeat runs for min_repeat_ms at least: every candidate would time out
+            # (0.05 s timed out all of them, and a far shorter one failed TVM's own start)
+            raise OptionError(
+                f"{{run_timeout}} of {self.run_timeout:g} s is no longer than a candidate's timing takes at least "
+                f"({{repeat}} {self.repeat} x {{min_repeat_ms}} {self.min_repeat_ms} = {timed_s:g} s): every candidate would time out",
+                "run_timeout", "repeat", "min_repeat_ms",
+            )
 
 
 #: A builder's folder: ``<this><host>-<pid>-<random>`` in the temporary directory.

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.budget import BUDGET_SPLITS, LayerProgress, estimate_seconds, make_schedule, roofline_seconds
-from autotune.errors import AutotuneError, OptionError, check_choice, check_count, check_flag, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
+from autotune.errors import INT64_MAX, AutotuneError, OptionError, check_choice, check_count, check_flag, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
@@ -65,7 +65,7 @@ class TuneOptions:
         check_count(self.min_trials, "min_trials", zero_ok=True)
         if self.max_layers is not None:
             check_count(self.max_layers, "max_layers")
-        check_count(self.seed, "seed", zero_ok=True)
+        check_count(self.seed, "seed", zero_ok=True, maximum=INT64_MAX)
         for name in ("verify", "model_latency", "probes", "rematch"):
             check_flag(getattr(self, name), name)
         check_choice(self.tuner, "tuner", ("auto", *TUNERS))
@@ -417,6 +417,7 @@ class TuneSession:
             "probe": False,
             "resumed": 0,  # this layer's configs measured by earlier runs (told to its tuner, not re-measured)
             "curve": [],
+            "failed": {},  # this run's trials that did not time, by status
         }
 
     def _match(self, layer, space, *, summary=None, exclude=(), tuning: bool = False):
@@ -537,6 +538,8 @@ class TuneSession:
                 if res.status == "invalid":
                     continue
                 done += 1
+                if not res.ok:
+                    out["failed"][res.status] = out["failed"].get(res.status, 0) + 1
                 if res.ok and (run.best is None or res.latency < run.best):
                     run.best = res.latency
                 step = len(out["curve"]) + 1
@@ -579,6 +582,11 @@ class TuneSession:
         """The layer gets no more trials: learn from its tuner, verify its winner, report."""
         layer, out = run.layer, run.out
         out["invalid"] = run.invalid
+        if out["trials"] and sum(out["failed"].values()) == out["trials"]:
+            # a run whose every candidate timed out read '-' in every column, and said no more
+            why = ", ".join(f"{status} {n}" for status, n in sorted(out["failed"].items()))
+            self.reporter.message(f"{layer.name}: every one of its {out['trials']} trials failed ({why}): "
+                                  f"`autotune history show {layer.workload_key[:12]}` has their errors")
         # which source layers the guided tuner ended up believing (search.source_weights)
         out["source_weights"] = dict(getattr(run.tuner, "source_weights", {}))
         try:

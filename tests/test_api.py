@@ -57,6 +57,13 @@ def test_tune_options_refuse_bad_values(options, words):
         ({"repeat": 0}, "repeat must be a positive integer"),
         ({"number": 0}, "number must be a positive integer"),
         ({"run_timeout": 0.0}, "run_timeout must be a positive number"),
+        # passed, then failed to be written into history's run row with a traceback
+        ({"run_timeout": float("inf")}, "run_timeout must be a positive number, got inf"),
+        # every candidate's timing takes repeat x min_repeat_ms at least: all timed out
+        ({"run_timeout": 0.05}, "run_timeout of 0.05 s is no longer than a candidate's timing takes at least "
+                                "(repeat 5 x min_repeat_ms 20 = 0.1 s)"),
+        # TVM's evaluator takes 32-bit counts: every candidate failed with ffi.BigInt
+        ({"repeat": 10**20}, "repeat must be at most 2147483647"),
         ({"build_timeout": -1}, "build_timeout must be a positive number"),
         ({"build_workers": -1}, "build_workers must be 0 or more"),
         ({"min_repeat_ms": True}, "min_repeat_ms must be 0 or more"),

@@ -218,6 +218,10 @@ def test_non_positive_counts(capsys, env, flag, value):
         (("--batch-size", "0"), "--batch-size must be a positive integer, got 0"),
         (("--size", "-32"), "--size must be a positive integer, got -32"),
         (("--run-timeout", "0"), "--run-timeout must be a positive number, got 0.0"),
+        (("--run-timeout", "inf"), "--run-timeout must be a positive number, got inf"),
+        (("--run-timeout", "0.01", "--repeat", "2"), "--run-timeout of 0.01 s is no longer than a candidate's timing "
+                                                     "takes at least (--repeat 2 x --min-repeat-ms 20 = 0.04 s)"),
+        (("--seed", str(10**23)), "--seed must be at most 9223372036854775807"),  # XGBoost's traceback, a failed run
     ],
 )
 def test_tune_options_refused_in_the_flags_words(capsys, env, argv, expected):

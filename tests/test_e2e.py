@@ -192,6 +192,22 @@ def test_a_tune_says_when_another_on_this_history_measures_on_this_machine(tmp_p
     assert "concurrent_runs" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+def test_a_layer_whose_every_trial_failed_says_so(tmp_path, capsys):
+    """Every candidate timed out (a run timeout just above what a timing takes): the
+    table read '-' in every column, exit 0, and nothing said why."""
+    model, history = _small_cnn(tmp_path / "small.onnx"), tmp_path / "history.db"
+    assert main(["tune", str(model), "--target", "llvm", "--tuner", "random", "--trials", "2", "--max-layers", "1",
+                 "--history", str(history), "--no-mlflow", "--json", "--no-model-latency", "--no-verify",
+                 "--run-timeout", "0.051", "--min-repeat-ms", "10", "--repeat", "5"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    (layer,) = [l for l in events[-1]["layers"] if l["trials"]]
+    assert layer["failed"] == {"timeout": 2} and layer["best_latency"] is None
+    said = [e["text"] for e in events if e.get("event") == "message" and "failed" in e["text"]]
+    assert said == [f"{layer['name']}: every one of its 2 trials failed (timeout 2): `autotune history show "
+                    f"{layer['workload_key'][:12]}` has their errors"]
+    assert events[-1]["options"]["measure"]["min_repeat_ms"] == 10
+
+
 def test_layers_history_covers_leave_the_whole_budget_to_the_others(tmp_path, capsys):
     """A tune after a partial one: the layer tuned before is reused with no trial, and
     the trials it would have had go to the layer that still needs them."""
