@@ -24,6 +24,12 @@ with it its workload key, does not depend on what it is tuned for.
   (0.0030 absolute), where ONNX's reference evaluator was 8e-5 off. TVM's own
   ``ToMixedPrecision`` does the same to a float16 model, but also turns float32
   operators into float16, which a model that keeps some in float32 must not have.
+- A half-precision batch norm that stays an operator (``--batch-norm separate``) runs
+  in float32 between casts. TOPI's ``batch_norm`` adds its float epsilon to the
+  variance, which promotes to float32, so its output is float32 where the operator
+  says float16; fused with a ReLU6 after it (MobileNetV2), the kernel stored that
+  float32 into a float16 buffer, and TVM refused it as ill-formed (``layers``,
+  ``tune`` and ``compile`` stopped with its traceback).
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ def kernel_rewrites():
 
     @mutator
     class _Rewrites(PyExprMutator):
+        def __init__(self, mod):
+            super().__init__(mod)
+            #: each half-precision batch norm's tuple, as computed in float32 and cast back
+            self._half_batch_norms = {}
+
         def visit_call_(self, call):
             call = super().visit_call_(call)
             if not isinstance(call.op, tvm.ir.Op):
@@ -55,6 +66,40 @@ def kernel_rewrites():
             if call.op.name == "relax.take" and call.attrs.mode == "fast":
                 return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
             return call
+
+        def visit_var_binding_(self, binding):
+            from autotune.half_precision import HALF_TYPES
+
+            value = binding.value
+            if isinstance(value, relax.TupleGetItem) and value.tuple_value in self._half_batch_norms:
+                # read straight from the widened batch norm, with no alias between: through
+                # the tuple, or an alias, fusion stopped (a ReLU6 after went into a kernel of its own)
+                field = self._half_batch_norms[value.tuple_value][value.index]
+                if isinstance(field, relax.Var):
+                    self.set_var_remap(binding.var, field)
+                    return None
+                return super().visit_var_binding_(binding)
+            if not (isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.nn.batch_norm"):
+                return super().visit_var_binding_(binding)
+            call = self.visit_expr(value)
+            dtype, a = str(getattr(call.args[0].ty, "dtype", "")), call.attrs
+            if dtype not in HALF_TYPES or a.training:
+                return super().visit_var_binding_(binding)
+            wide = self.builder_.emit(relax.op.nn.batch_norm(
+                *(relax.op.astype(arg, ACCUMULATOR) for arg in call.args), a.axis, a.epsilon, a.center, a.scale,
+                a.momentum, a.training,
+            ))
+            out = self.builder_.emit(relax.op.astype(relax.TupleGetItem(wide, 0), dtype))
+            # in inference the moving statistics come out as they went in
+            fields = (out, call.args[3], call.args[4])
+            self._half_batch_norms[binding.var] = fields
+            self.set_var_remap(binding.var, self.builder_.emit(relax.Tuple(fields)))
+
+        def visit_tuple_getitem_(self, op):
+            fields = self._half_batch_norms.get(op.tuple_value)
+            if fields is not None:
+                return fields[op.index]
+            return super().visit_tuple_getitem_(op)
 
     @tvm.transform.module_pass(opt_level=0, name="AutotuneKernelRewrites")
     def rewrite(mod, _ctx):

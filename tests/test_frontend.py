@@ -541,6 +541,43 @@ def test_a_half_precision_model_is_checked_against_itself_in_float32(tmp_path):
     assert not wrong["ok"] and wrong["float32"]["max_abs_error"] > 100 * wrong["float32"]["reference_max_abs_error"]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_batch_norm_of_its_own_runs_in_float32(tmp_path, dtype):
+    """``--batch-norm separate`` on a float16 conv -> batch norm -> ReLU6 (MobileNetV2's
+    block): TOPI's batch norm promoted to float32 where the operator says float16, the
+    fused kernel stored that into a float16 buffer, and TVM refused it as ill-formed
+    (``layers``, ``tune`` and ``compile`` stopped with its traceback). Computed in float32
+    between casts, it is still one kernel with the ReLU6, and matches the reference."""
+    from autotune import api, decompose, frontend
+
+    half = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}[dtype]
+    rng = np.random.default_rng(0)
+
+    def const(name, array):
+        return numpy_helper.from_array(array.astype(np.float32), name)  # cast to the half type in the graph
+
+    inits = [const("W", rng.standard_normal((8, 8, 3, 3)) * 0.2), const("s", rng.uniform(0.5, 1.5, 8)),
+             const("b", rng.standard_normal(8)), const("m", rng.standard_normal(8) * 0.1), const("v", rng.uniform(0.5, 2, 8)),
+             const("lo", np.array(0.0)), const("hi", np.array(6.0))]
+    nodes = [helper.make_node("Cast", ["x"], ["xh"], to=half)]
+    for name in ("W", "s", "b", "m", "v", "lo", "hi"):
+        nodes.append(helper.make_node("Cast", [name], [name + "h"], to=half))
+    nodes += [helper.make_node("Conv", ["xh", "Wh"], ["c"], pads=[1, 1, 1, 1]),
+              helper.make_node("BatchNormalization", ["c", "sh", "bh", "mh", "vh"], ["n"]),
+              helper.make_node("Clip", ["n", "loh", "hih"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("y", half, [1, 8, 16, 16])], inits)
+    path = tmp_path / "block.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    _, mod = frontend.load_and_fuse(str(path), batch_norm="separate")
+    names = [layer.name for layer in decompose.decompose(mod)]
+    (after,) = [name for name in names if "batch_norm" in name]
+    assert "minimum" in after, names  # batch norm and ReLU6: one kernel
+    module = tmp_path / "block.so"
+    api.compile(str(path), module, target="llvm", batch_norm="separate")
+    assert api.run(module, check=str(path), repeat=1)["check"]["ok"]
+
+
 def test_widening_to_float32_reaches_casts_constants_and_subgraphs():
     """The float32 twin of a half-precision model keeps no half type anywhere: weights,
     inputs and outputs, a Cast's target, a Constant's value, and a branch's own graph."""
