@@ -129,8 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", metavar="FILE.npz", help="run on these inputs (arrays named as the model's inputs) instead of seeded ones")
     p.add_argument("--save-outputs", metavar="FILE.npz", help="write the outputs there, named as the model names them")
     p.add_argument("--check", metavar="MODEL", help="compare outputs with the ONNX reference evaluator on this model (zoo name or .onnx)")
-    p.add_argument("--rtol", type=float, default=1e-3)
-    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, help="relative tolerance of --check (default 1e-3, widened for half-precision outputs "
+                   "to two units in their last place, then judged against the model in float32; given, applied as it is)")
+    p.add_argument("--atol", type=float, help="absolute tolerance of --check (default 1e-4; given, applied as it is, "
+                   "as --rtol is)")
     _json_arg(p)
     p.set_defaults(func=cmd_run)
 
@@ -329,7 +331,9 @@ def cmd_run(args) -> int:
               f"(mean {result['latency_mean_s'] * 1e3:.3f} ms, std {result['latency_std_s'] * 1e3:.3f} ms, {result['repeat']}x{result['number']} runs)")
         if "check" in result:
             c = result["check"]
-            print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g})")
+            tol = c["tolerance"]
+            print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g}; "
+                  f"rtol {tol['rtol']:g}, atol {tol['atol']:g}{', widened for half precision' if tol['widened_for_half_precision'] else ''})")
             if "float32" in c:
                 f = c["float32"]
                 print(f"  half precision, against the model in float32: ours {f['max_abs_error']:.3g} off, the reference "

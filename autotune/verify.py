@@ -22,13 +22,13 @@ from autotune.target import TargetSpec
 _UNIT_ROUNDOFF = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
-def outputs_match(got: np.ndarray, want: np.ndarray, *, rtol: float = 1e-3, atol: float = 1e-4) -> bool:
-    """Whether two computations of one output agree: within ``rtol``/``atol``, widened to
-    two units in the last place of a half-precision output, compared in float64 (numpy
-    has no bfloat16 arithmetic of its own)."""
+def outputs_match(got: np.ndarray, want: np.ndarray, *, rtol: float = 1e-3, atol: float = 1e-4, widen: bool = True) -> bool:
+    """Whether two computations of one output agree: within ``rtol``/``atol``, with
+    ``widen`` widened to two units in the last place of a half-precision output, compared
+    in float64 (numpy has no bfloat16 arithmetic of its own)."""
     if got.shape != want.shape:
         return False
-    unit = max(_UNIT_ROUNDOFF.get(str(a.dtype), 0.0) for a in (got, want))
+    unit = max(_UNIT_ROUNDOFF.get(str(a.dtype), 0.0) for a in (got, want)) if widen else 0.0
     return bool(np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=max(rtol, 2 * unit), atol=atol, equal_nan=True))
 
 
