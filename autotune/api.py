@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -43,10 +44,20 @@ _MEASURE_FIELDS = frozenset(f.name for f in dataclasses.fields(MeasureOptions))
 
 def _user_errors(fn):
     """History's own errors (a missing or unreachable store) raised as the
-    :class:`AutotuneError` this module promises; they escaped as ``HistoryError``."""
+    :class:`AutotuneError` this module promises; they escaped as ``HistoryError``. A
+    keyword the function does not take is named with the nearest it does, as
+    :func:`tune`'s are (``compile(..., trials=8)`` was Python's bare TypeError)."""
+    params = inspect.signature(fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    keywords = sorted(n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any):
+        unknown = sorted(set(kwargs) - set(keywords))
+        if unknown and not takes_any:
+            near = difflib.get_close_matches(unknown[0], keywords, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise TypeError(f"{fn.__name__}() got an unknown keyword {unknown[0]!r}{hint}; it takes {', '.join(keywords)}")
         try:
             return fn(*args, **kwargs)
         except Exception as err:
@@ -256,8 +267,12 @@ def run(
         feed, source = seeded_inputs(meta, seed), f"seed {seed}"
     elif isinstance(inputs, Mapping):
         feed, source = check_inputs(inputs, meta), "given"
-    else:
+    elif isinstance(inputs, (str, os.PathLike)) and not isinstance(inputs, bool):
         feed, source = load_inputs(inputs, meta), str(inputs)
+    else:  # a list of arrays failed in open(): "expected str, bytes or os.PathLike object, not list"
+        names = ", ".join(meta.get("input_order") or meta.get("inputs") or [])
+        raise OptionError(f"{{inputs}} must be a dict of arrays by input name ({names}) or an .npz file, got "
+                          f"{type(inputs).__name__}", "inputs")
     if save_outputs is not None:
         from autotune.compile import check_output_path
 
@@ -345,7 +360,10 @@ def report(run: str | os.PathLike, *, mlflow_uri: str | None = None, history: st
     no report (a tune killed before its end, with no MLflow run to look in)."""
     from autotune import report as reporting
 
+    if isinstance(run, bool) or not isinstance(run, (str, os.PathLike)):  # report(None) looked for a run named 'None'
+        raise OptionError(f"{{run}} must be a run id or a report directory, got {quoted(run)}", "run")
     _check_path(history, "history")
+    _check_path(mlflow_uri, "mlflow_uri")
     return reporting.load_report(str(run), mlflow_uri, history=history)
 
 
@@ -396,7 +414,12 @@ def _check_path(value: Any, name: str, *, required: bool = False) -> None:
 def _target(target: str | TargetSpec) -> TargetSpec:
     from autotune.target import resolve_target
 
-    return target if isinstance(target, TargetSpec) else resolve_target(target)
+    if isinstance(target, TargetSpec):
+        return target
+    if not isinstance(target, str):  # target=123 failed inside the parser: 'int' object has no attribute 'strip'
+        raise OptionError(f"{{target}} must be a target string (auto, llvm, cuda, cuda:sm_90, a JSON dict) or a "
+                          f"TargetSpec, got {quoted(target)}", "target")
+    return resolve_target(target)
 
 
 def _input_shapes(shapes: Shapes | None) -> dict[str, tuple[int, ...]]:

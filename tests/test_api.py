@@ -147,6 +147,33 @@ def test_tune_options_take_measure_fields_flat():
         api.tune_options(repeat=2, measure=MeasureOptions())
 
 
+def test_every_function_names_the_keyword_meant_and_refuses_wrong_types(tmp_path):
+    """compile, run, layers: a slip was Python's bare TypeError; target=123 an
+    AttributeError from the target parser; inputs=[array] a TypeError from open();
+    report(None) looked for a run named 'None'."""
+    import numpy as np
+
+    for call, words in (
+        (lambda: api.compile("dqn", tmp_path / "x.so", trials=8), r"compile\(\) got an unknown keyword 'trials'; it takes batch_norm"),
+        (lambda: api.run(tmp_path / "x.so", chek="dqn"), r"run\(\) got an unknown keyword 'chek' \(did you mean 'check'\?\)"),
+        (lambda: api.layers("dqn", sise=36), r"layers\(\) got an unknown keyword 'sise' \(did you mean 'size'\?\)"),
+    ):
+        with pytest.raises(TypeError, match=words):
+            call()
+    for call, words in (
+        (lambda: api.compile("dqn", tmp_path / "x.so", target=123), "target must be a target string"),
+        (lambda: api.tune("dqn", target=["llvm"], history=str(tmp_path / "h.db")), "target must be a target string"),
+        (lambda: api.report(None), "run must be a run id or a report directory, got None"),
+    ):
+        with pytest.raises(OptionError, match=words):
+            call()
+    assert not (tmp_path / "x.so").exists() and not (tmp_path / "h.db").exists()
+    module = tmp_path / "dqn.so"
+    api.compile("dqn", module, target="llvm", size=36)
+    with pytest.raises(OptionError, match=r"inputs must be a dict of arrays by input name \(input\) or an .npz file, got list"):
+        api.run(module, inputs=[np.zeros((1, 4, 36, 36), np.float32)])
+
+
 @pytest.mark.parametrize(
     "kwargs,words",
     [
