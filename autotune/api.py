@@ -298,8 +298,10 @@ def run(
         for name, info in meta["inputs"].items():
             ours, theirs = info.get("dtype", "float32"), model.input_dtypes.get(name)
             if theirs is not None and ours != theirs:
-                raise AutotuneError(f"--check {check} takes {name} as {theirs}, this module as {ours}; "
-                                    f"is the module compiled from {check}?")
+                how = (f" (`autotune zoo export {check} --dtype {ours}` writes the zoo's)" if is_zoo_name(check) and ours == "float16"
+                       else "")
+                raise AutotuneError(f"--check {check} takes {name} as {theirs}, this module as {ours}: check it against "
+                                    f"the model in {ours} it was compiled from{how}")
         try:
             want = onnx_reference(model.proto, feed)
         except Exception as err:  # the evaluator's own errors: a model that does not take these inputs

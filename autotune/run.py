@@ -107,7 +107,16 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
         if array.dtype != dtype:
             if not np.can_cast(array.dtype, dtype, casting="same_kind"):
                 raise AutotuneError(f"{source}: input {name} is {array.dtype}, the module takes {dtype}")
-            array = array.astype(dtype)
+            with np.errstate(over="ignore", invalid="ignore"):
+                narrow = array.astype(dtype)
+            if np.issubdtype(array.dtype, np.floating) and (np.isinf(narrow) & np.isfinite(array)).any():
+                # numpy warned of an overflow in the cast, and the check then read NaN
+                import ml_dtypes  # its finfo knows bfloat16 too
+
+                top = float(np.abs(array[np.isfinite(array)]).max())
+                raise AutotuneError(f"{source}: input {name} holds values up to {top:g}, past what {dtype} holds "
+                                    f"({float(ml_dtypes.finfo(dtype).max):g}): the module takes {dtype}")
+            array = narrow
         limit = _index_limit(info)
         lo, hi = (array.min(), array.max()) if limit is not None and array.size else (0, 0)
         if limit is not None and not (-limit <= lo and hi < limit):

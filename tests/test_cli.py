@@ -581,7 +581,14 @@ def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, 
     assert main(["compile", "dyn16.onnx", "--input-shape", "x=2x8", "--target", "llvm", "-o", "dyn16.so"]) == 0
     capsys.readouterr()
     _user_error(capsys, ["run", "dyn16.so", "--check", dyn_model, "--repeat", "1"],
-                contains=("takes x as float32, this module as float16", "is the module compiled from"))
+                contains=("takes x as float32, this module as float16: check it against the model in float16 it was compiled from",))
+    # a zoo name says how to write the zoo's model in that precision (it asked whether the
+    # module was compiled from dqn, which it was, in float16)
+    assert main(["zoo", "export", "dqn", "--size", "36", "--dtype", "float16", "-o", "dqn16.onnx"]) == 0
+    assert main(["compile", "dqn16.onnx", "--target", "llvm", "-o", "dqn16.so"]) == 0
+    capsys.readouterr()
+    _user_error(capsys, ["run", "dqn16.so", "--check", "dqn", "--repeat", "1"],
+                contains=("(`autotune zoo export dqn --dtype float16` writes the zoo's)",))
 
 
 def test_a_history_that_ends_with_the_command_is_refused_where_it_would_be_written(capsys, env):
@@ -965,6 +972,21 @@ def test_info_says_when_history_cannot_be_read(capsys, env):
     assert main(["info", "--history", "notdb.db/h.db", "--json"]) == 0
     hist = json.loads(capsys.readouterr().out)["history"]
     assert hist["exists"] is False and hist["error"].endswith("notdb.db is not a directory")
+
+
+def test_run_refuses_inputs_past_the_modules_float_range(capsys, env, dyn_model):
+    """Values a float16 module cannot hold: numpy warned of an overflow in its cast, then
+    the check read NaN and said MISMATCH."""
+    from autotune.half_precision import float16_model
+
+    onnx.save(float16_model(onnx.load(dyn_model)), env / "dyn16.onnx")
+    assert main(["compile", "dyn16.onnx", "--input-shape", "x=2x8", "--target", "llvm", "-o", "dyn16.so"]) == 0
+    capsys.readouterr()
+    np.savez(env / "big.npz", x=np.full((2, 8), 1e6))
+    _user_error(capsys, ["run", "dyn16.so", "--inputs", "big.npz", "--check", "dyn16.onnx"],
+                contains=("big.npz: input x holds values up to 1e+06, past what float16 holds (65504)",))
+    np.savez(env / "fine.npz", x=np.full((2, 8), 1e3))  # float64 data that fits is cast, as before
+    assert main(["run", "dyn16.so", "--inputs", "fine.npz", "--check", "dyn16.onnx", "--repeat", "1"]) == 0
 
 
 def test_run_refuses_token_ids_outside_the_table_they_index(capsys, env):
