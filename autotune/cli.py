@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--batch-size", type=int, default=1, help="batch size (default 1)")
     z.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     z.add_argument("--dtype", choices=ZOO_DTYPES, default="float32",
-                   help="float16: weights rounded and every float tensor float16, as a half-precision deployment runs it")
+                   help="float16 or bfloat16: weights rounded and every float tensor of that type, as a half-precision deployment runs it")
     _json_arg(z)
     z.set_defaults(func=cmd_zoo_export)
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 #: The floating types the zoo builds models in (``autotune zoo export --dtype``).
-ZOO_DTYPES = ("float32", "float16")
+ZOO_DTYPES = ("float32", "float16", "bfloat16")
 #: The half-precision types, as TVM and numpy (with ml_dtypes) name them.
 HALF_TYPES = ("float16", "bfloat16")
 
@@ -50,14 +50,16 @@ def float32_model(proto):
     return _retyped(proto, _half_types(), TensorProto.FLOAT, np.float32)
 
 
-def float16_model(proto):
-    """A copy of ``proto`` with every float32 tensor, type and cast made float16: a model
-    as a float16 deployment runs it (the zoo's ``dtype="float16"``). Weights round to
-    float16; None when the model has no float32 at all."""
+def float16_model(proto, dtype: str = "float16"):
+    """A copy of ``proto`` with every float32 tensor, type and cast made ``dtype``
+    (float16 or bfloat16): a model as a half-precision deployment runs it (the zoo's
+    ``dtype=``). Weights round to that type; None when the model has no float32 at all."""
+    import ml_dtypes
     import numpy as np
     from onnx import TensorProto
 
-    return _retyped(proto, {TensorProto.FLOAT}, TensorProto.FLOAT16, np.float16)
+    kinds = {"float16": (TensorProto.FLOAT16, np.float16), "bfloat16": (TensorProto.BFLOAT16, ml_dtypes.bfloat16)}
+    return _retyped(proto, {TensorProto.FLOAT}, *kinds[dtype])
 
 
 def _retyped(proto, sources: set[int], target: int, np_target):

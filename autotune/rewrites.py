@@ -30,6 +30,8 @@ with it its workload key, does not depend on what it is tuned for.
   says float16; fused with a ReLU6 after it (MobileNetV2), the kernel stored that
   float32 into a float16 buffer, and TVM refused it as ill-formed (``layers``,
   ``tune`` and ``compile`` stopped with its traceback).
+- A bfloat16 layer norm runs in float32 between casts: TVM lowers it in float32 and
+  float16 only, and a bfloat16 transformer stopped at "lowering the model to TIR".
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ def kernel_rewrites():
                     wide = make(*call.args, **{f: getattr(call.attrs, f) for f in fields}, out_dtype=ACCUMULATOR)
                     return relax.op.astype(wide, half)
                 return call
+            if call.op.name == "relax.nn.layer_norm" and str(getattr(call.args[0].ty, "dtype", "")) == "bfloat16":
+                a = call.attrs
+                wide = relax.op.nn.layer_norm(*(relax.op.astype(arg, ACCUMULATOR) for arg in call.args), a.axes,
+                                              a.epsilon, a.center, a.scale)
+                return relax.op.astype(wide, "bfloat16")
             if call.op.name == "relax.nn.softmax":
                 return self.builder_.call_te(topi.nn.fast_softmax, call.args[0], call.attrs.axis)
             if call.op.name == "relax.take" and call.attrs.mode == "fast":

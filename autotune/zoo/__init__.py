@@ -190,10 +190,10 @@ def build_model(
             **({"autotune.zoo.dtype": dtype} if dtype != "float32" else {}),
         },
     )
-    if dtype == "float16":
+    if dtype != "float32":
         from autotune.half_precision import float16_model
 
-        model = float16_model(model)
+        model = float16_model(model, dtype)
     return model
 
 
