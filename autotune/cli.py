@@ -172,14 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_runs)
-    h = hsub.add_parser("show", help="the records of one workload (key or unique prefix)")
-    h.add_argument("key", help="a workload key as `history ls` shows it, or a unique prefix")
+    h = hsub.add_parser("show", help="the records of one workload (key, unique prefix or layer name)")
+    h.add_argument("key", help="a workload key as `history ls` shows it, a unique prefix, or the layer name beside it")
     h.add_argument("--limit", type=int, default=50, help="the N most recent records (default 50; `history best KEY` gives the best)")
+    h.add_argument("--target", help="only this target's records (a key as `history ls` shows it)")
+    # history's statuses, written out: importing history here loads SQLAlchemy for every command
+    h.add_argument("--status", choices=("ok", "build_error", "run_error", "timeout", "invalid", "wrong_result"),
+                   help="only records of this status")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_show)
     h = hsub.add_parser("best", help="the best record of one workload")
-    h.add_argument("key", help="a workload key as `history ls` shows it, or a unique prefix")
+    h.add_argument("key", help="a workload key as `history ls` shows it, a unique prefix, or the layer name beside it")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_best)
@@ -391,18 +395,22 @@ def cmd_history_ls(args) -> int:
     with open_history(args.history, create=False, readonly=True) as store:
         rows = store.summary()
         workloads = {w.key: w for w in store.workloads()}
+    for r in rows:  # the layer name the text shows, in the JSON too
+        w = workloads.get(r["workload_key"])
+        r["layer"] = w.descriptor.get("name", "") if w else ""
     if args.json:
         print(json.dumps(rows))
         return 0
     if not rows:
         print("history is empty")
         return 0
-    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<28} {'records':>7} {'ok':>5} {'best':>10}")
+    # the target key whole (an H100's was cut to 'cuda:sm_90:NVIDIA-H100-80GB-')
+    width = max(28, *(len(r["target_key"]) for r in rows))
+    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<{width}} {'records':>7} {'ok':>5} {'best':>10}")
     for r in rows:
-        w = workloads.get(r["workload_key"])
-        name = (w.descriptor.get("name", "") if w else "")[:34]
         best = format_latency(r["best_latency"])
-        print(f"{r['workload_key']:<26} {r['op_class']:<17} {name:<34} {r['target_key'][:28]:<28} {r['n_records']:>7} {r['n_ok']:>5} {best:>10}")
+        print(f"{r['workload_key']:<26} {r['op_class']:<17} {r['layer'][:34]:<34} {r['target_key']:<{width}} {r['n_records']:>7} "
+              f"{r['n_ok']:>5} {best:>10}")
     return 0
 
 
@@ -434,12 +442,26 @@ def cmd_history_runs(args) -> int:
 
 
 def _resolve_key(store, key: str) -> str:
-    return _unique_prefix(key, [w.key for w in store.workloads() if w.key.startswith(key)], "workload")
+    """A workload by its key or a unique prefix of it, else by the layer name `history ls`
+    prints beside it (only the key was taken)."""
+    workloads = store.workloads()
+    names = {w.key: w.descriptor.get("name", "") for w in workloads}
+    matches = [w.key for w in workloads if w.key.startswith(key)]
+    if not matches:
+        matches = [w.key for w in workloads if names[w.key] == key]
+        if len(matches) > 1:
+            from autotune.errors import AutotuneError
+
+            listed = ", ".join(f"{k} ({names[k]})" for k in matches[:5]) + (", ..." if len(matches) > 5 else "")
+            raise AutotuneError(f"{len(matches)} workloads are layers named {key!r} (of other models or batch sizes): "
+                                f"{listed}; give the key")
+    return _unique_prefix(key, matches, "workload", " (see `autotune history ls`)", labels=names)
 
 
-def _unique_prefix(prefix: str, matches: list[str], what: str, hint: str = "") -> str:
+def _unique_prefix(prefix: str, matches: list[str], what: str, hint: str = "", *, labels: dict[str, str] | None = None) -> str:
     """The one of ``matches`` (the names that start with ``prefix``) the user meant: the
-    exact name, else the only match; no match or several is one clear error line."""
+    exact name, else the only match; no match or several is one clear error line, which
+    lists the first few of several (it gave only their count)."""
     from autotune.errors import AutotuneError
 
     if prefix in matches:
@@ -447,7 +469,9 @@ def _unique_prefix(prefix: str, matches: list[str], what: str, hint: str = "") -
     if not matches:
         raise AutotuneError(f"no {what} in history starts with {prefix!r}{hint}")
     if len(matches) > 1:
-        raise AutotuneError(f"{prefix!r} matches {len(matches)} {what}s; give more characters")
+        shown = ", ".join(f"{m} ({labels[m]})" if labels and labels.get(m) else m for m in matches[:5])
+        more = ", ..." if len(matches) > 5 else ""
+        raise AutotuneError(f"{prefix!r} matches {len(matches)} {what}s: {shown}{more}; give more characters")
     return matches[0]
 
 
@@ -465,7 +489,7 @@ def cmd_history_show(args) -> int:
     check_count(args.limit, "limit")
     with open_history(args.history, create=False, readonly=True) as store:
         key = _resolve_key(store, args.key)
-        recs = store.records(workload_key=key)
+        recs = store.records(workload_key=key, target_key=args.target, status=args.status)
         w = store.workload(key)
     recs = recs[-args.limit:]
     if args.json:
@@ -476,7 +500,7 @@ def cmd_history_show(args) -> int:
         lat = format_latency(r.latency_median)
         # a twin's timing is another config's, whose program it compiled to
         marks = " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin)) if on)
-        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {r.target_key[:24]:<24} {marks:<13} {(r.error or '')[:60]}")
+        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {r.target_key:<24} {marks:<13} {(r.error or '')[:60]}")
     return 0
 
 

@@ -379,6 +379,40 @@ def test_history_show_and_best(capsys, populated_history):
     assert best[0]["latency_median"] == pytest.approx(1e-3)
 
 
+def test_history_listing_names_layers_and_whole_targets(capsys, populated_history):
+    """From a user's trial: `ls` cut a long target key, its JSON had no layer name, `show`
+    and `best` took only a key (not the layer name `ls` prints), an ambiguous prefix gave
+    only a count, and `show` had no filter but --limit."""
+    from autotune.history import TargetInfo, WorkloadInfo, open_history
+    from autotune.history.models import RECORD_STATUSES
+
+    path, key = populated_history
+    long_target = TargetInfo("cuda", "sm_90", "NVIDIA-H100-80GB-HBM3")
+    with open_history(path) as store:
+        store.register_target(long_target)
+        store.register_workload(WorkloadInfo("ab" + "c" * 22, "inv2", "dense", {"name": "dense7"}, 1e3))
+        store.add_record(workload_key=key, target_key=long_target.key, space_id="s", config={"i": 5},
+                         samples=[], status="timeout", error="killed")
+    assert main(["history", "ls", "--history", path]) == 0
+    assert long_target.key in capsys.readouterr().out
+    assert main(["history", "ls", "--history", path, "--json"]) == 0
+    assert {r["layer"] for r in json.loads(capsys.readouterr().out)} == {"conv2d1"}
+    assert main(["history", "show", "conv2d1", "--history", path, "--json"]) == 0  # by layer name
+    assert len(json.loads(capsys.readouterr().out)["records"]) == 4
+    assert main(["history", "show", "conv2d1", "--history", path, "--json", "--status", "timeout"]) == 0
+    assert [r["config"] for r in json.loads(capsys.readouterr().out)["records"]] == [{"i": 5}]
+    assert main(["history", "show", key, "--history", path, "--json", "--target", "llvm:znver3:cpu"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["records"]) == 3
+    assert main(["history", "best", "conv2d1", "--history", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["config"] == {"i": 0}
+    _user_error(capsys, ["history", "show", "ab", "--history", path],
+                contains=(f"'ab' matches 2 workloads: {key} (conv2d1), {'ab' + 'c' * 22} (dense7); give more characters",))
+    # the CLI writes history's statuses out (importing history would load SQLAlchemy for every command)
+    for status in RECORD_STATUSES:
+        assert main(["history", "show", key, "--history", path, "--json", "--status", status]) == 0
+    capsys.readouterr()
+
+
 def test_history_runs_lists_each_run_with_its_layering(capsys, populated_history):
     from autotune.history import open_history
 
