@@ -102,11 +102,14 @@ def test_a_users_history_py_or_search_py_beside_the_script_stands_in_for_nothing
         "store = open_history('h.db')\n"
         "print(len(store.records()), 'gga' in TUNERS, KnobSpace.__module__, api.info()['history']['records'])\n"
         "store.close()\n"
+        # those three only: every folder beside the package was one (autotune.tests, autotune.autotune)
+        "import importlib.util\n"
+        "print(*(importlib.util.find_spec('autotune.' + n) is None for n in ('tests', 'autotune', 'benchmarks')))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_HISTORY"} | {"AUTOTUNE_HISTORY": str(tmp_path / "h.db")}
     done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["0", "True", "autotune.templates.space", "0"]
+    assert done.stdout.split() == ["0", "True", "autotune.templates.space", "0", "True", "True", "True"]
 
 
 def test_history_and_argument_type_errors_are_autotune_errors(tmp_path):
