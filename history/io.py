@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, Mapping
 
-from sqlalchemy import and_, insert, select
+from sqlalchemy import and_, insert, select, update
 
 from . import schema
 from .errors import HistoryError
@@ -276,6 +276,11 @@ def _parse_run(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     run_id = _get(item, where, "run_id", (str,))
     if not run_id.strip():
         raise _Invalid(f"{where}.run_id: must not be empty")
+    # the columns' lengths, which PostgreSQL enforces (SQLite would take any)
+    for field, most in (("run_id", schema.runs.c.id.type.length), ("tuner", schema.runs.c.tuner.type.length)):
+        value = item.get(field)
+        if isinstance(value, str) and len(value) > most:
+            raise _Invalid(f"{where}.{field}: longer than {most} characters")
     status = _get(item, where, "status", (str,))
     if status not in RUN_STATUSES:
         raise _Invalid(f"{where}.status: {status!r} is not one of {', '.join(RUN_STATUSES)}")
@@ -435,13 +440,28 @@ def import_json(store: HistoryStore, source: str | os.PathLike[str] | IO[str] | 
     return counts
 
 
+#: The summary of a run exported while it ran: here it writes nothing more.
+IMPORTED_WHILE_RUNNING = {"reason": "exported while it was running; nothing more of it reaches this history"}
+
+
 def _import_runs(store: HistoryStore, conn: Any, name: str, runs: list[dict[str, Any]]) -> int:
-    """The runs history lacks, as they were; a run id it holds already is left alone
-    (the same file imported again, or the run's own history)."""
+    """The runs history lacks, as they were. A run exported while it ran is stored as
+    killed: it writes into its own history, not this one, and as 'running' here no
+    `history rm` could remove it (a run on another host is never found stale). Imported
+    again once it ended, it takes its final state; any other run id history holds is
+    left alone (the same file imported again, or the run's own history)."""
     table = schema.runs
     added = 0
     for i, run in enumerate(runs):
-        if conn.execute(select(table.c.id).where(table.c.id == run["run_id"])).first() is not None:
+        status, summary = run["status"], run["summary"]
+        if status == "running":
+            status, summary = "killed", IMPORTED_WHILE_RUNNING
+        values = dict(status=status, finished_at=run["finished_at"],
+                      summary_json=None if summary is None else canonical_json(summary))
+        held = conn.execute(select(table.c.summary_json).where(table.c.id == run["run_id"])).first()
+        if held is not None:
+            if held.summary_json == canonical_json(IMPORTED_WHILE_RUNNING) and run["status"] != "running":
+                conn.execute(update(table).where(table.c.id == run["run_id"]).values(**values))
             continue
         try:
             target_id = store._target_id(conn, run["target_key"])
@@ -449,8 +469,7 @@ def _import_runs(store: HistoryStore, conn: Any, name: str, runs: list[dict[str,
             raise HistoryError(f"cannot import {name}: runs[{i}]: {exc}; nothing was imported") from None
         conn.execute(insert(table).values(
             id=run["run_id"], model=run["model"], target_id=target_id, tuner=run["tuner"],
-            params_json=canonical_json(run["params"]), status=run["status"], started_at=run["started_at"],
-            finished_at=run["finished_at"], summary_json=None if run["summary"] is None else canonical_json(run["summary"]),
+            params_json=canonical_json(run["params"]), started_at=run["started_at"], **values,
         ))
         added += 1
     return added

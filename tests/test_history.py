@@ -593,8 +593,9 @@ def test_runs_travel_with_their_records(tmp_path: Path, capsys) -> None:
     assert [r["run_id"] for r in json.loads(buf.getvalue())["runs"]] == ["r1"]  # the one its records name
     with open_history(tmp_path / "dst.db") as dst:
         assert import_json(dst, out)["runs_added"] == 2
-        assert [{k: v for k, v in r.items() if k != "n_records"} for r in dst.runs()] == \
-               [{k: v for k, v in r.items() if k != "n_records"} for r in src.runs()]
+        assert [{k: v for k, v in r.items() if k not in ("n_records", "status", "summary")} for r in dst.runs()] == \
+               [{k: v for k, v in r.items() if k not in ("n_records", "status", "summary")} for r in src.runs()]
+        assert dst.run("r1")["status"] == "finished" and dst.run("r1")["summary"] == {"layers": 1}
         assert [r["n_records"] for r in dst.runs()] == [3, 0]
         assert import_json(dst, out)["runs_added"] == 0
     src.close()
@@ -605,7 +606,22 @@ def test_runs_travel_with_their_records(tmp_path: Path, capsys) -> None:
     (tmp_path / "old.json").write_text(json.dumps(doc))
     with open_history(tmp_path / "old.db") as old:
         assert import_json(old, tmp_path / "old.json")["added"] == 6 and old.runs() == []
+    # a run exported while it ran is killed here (as 'running' no `history rm` could remove
+    # it: its host is another); exported again once it ended, it takes its final state
+    assert json.loads(out.read_text())["runs"][1]["status"] == "running"
+    with open_history(tmp_path / "dst.db") as dst:
+        r2 = dst.run("r2")
+        assert r2["status"] == "killed" and r2["summary"]["reason"].startswith("exported while it was running")
+        assert [r["run_id"] for r in dst.remove_runs(["r2"], dry_run=True)] == ["r2"]
+    with open_history(tmp_path / "src.db") as again:
+        again.finish_run("r2", "finished", {"layers": 2})
+        export_json(again, out)
+    with open_history(tmp_path / "dst.db") as dst:
+        assert import_json(dst, out)["runs_added"] == 0
+        assert dst.run("r2")["status"] == "finished" and dst.run("r2")["summary"] == {"layers": 2}
+        assert dst.run("r1")["summary"] == {"layers": 1}
     for mutate, message in ((_set("runs", 0, "status", "done"), r"runs\[0\]\.status: 'done' is not one of"),
+                            (_set("runs", 0, "tuner", "x" * 129), r"runs\[0\]\.tuner: longer than 128 characters"),
                             (_set("runs", 1, "started_at", "noon"), r"runs\[1\]\.started_at: 'noon' is not an ISO-8601"),
                             (_set("runs", 0, "target_key", "cuda:sm_1:ghost"), r"runs\[0\]: .*unknown target")):
         bad = json.loads(out.read_text())

@@ -396,7 +396,10 @@ def test_cli_import_ls_show_best_export(
     from autotune.cli import main
 
     src = tmp_path / "src.db"
-    populated(src).close()
+    with populated(src) as store:  # runs travel too, the one exported while running as killed
+        store.start_run("r1", model="resnet18", target_key=GPU.key, tuner="random", params={"trials": 3})
+        store.finish_run("r1", "finished", {"layers": 1})
+        store.start_run("r2", model="dense", target_key=CPU.key, tuner="xgb", params={})
     exported = tmp_path / "from-sqlite.json"
     assert main(["history", "export", str(exported), "--history", str(src)]) == 0
     capsys.readouterr()
@@ -406,9 +409,11 @@ def test_cli_import_ls_show_best_export(
     assert table_names(cluster, db) == set()
 
     assert main(["history", "import", str(exported), "--history", url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3, "runs_added": 0}
+    assert json.loads(capsys.readouterr().out) == {"added": 6, "skipped": 0, "targets_added": 2, "workloads_added": 3, "runs_added": 2}
     assert main(["history", "import", str(exported), "--history", url]) == 0
     assert capsys.readouterr().out.strip() == "imported 0 records (6 already present)"
+    assert main(["history", "runs", "--history", url, "--json"]) == 0
+    assert {r["run_id"]: r["status"] for r in json.loads(capsys.readouterr().out)} == {"r1": "finished", "r2": "killed"}
 
     assert main(["history", "ls", "--history", url, "--json"]) == 0
     pg_rows = json.loads(capsys.readouterr().out)
@@ -431,7 +436,11 @@ def test_cli_import_ls_show_best_export(
     round_trip = tmp_path / "from-postgres.json"
     assert main(["history", "export", str(round_trip), "--history", url]) == 0
     assert capsys.readouterr().out.strip() == f"exported 6 records to {round_trip}"
-    assert json.loads(round_trip.read_text()) == json.loads(exported.read_text())
+    back, there = json.loads(round_trip.read_text()), json.loads(exported.read_text())
+    # the one exported while it ran comes back killed; all else as it went
+    assert [(r["run_id"], r["status"]) for r in back.pop("runs")] == [("r1", "finished"), ("r2", "killed")]
+    there.pop("runs")
+    assert back == there
 
 
 def test_cli_bad_postgres_urls(capsys: pytest.CaptureFixture[str], cluster: Cluster, db: str, tmp_path: Path) -> None:
