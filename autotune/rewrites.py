@@ -81,11 +81,7 @@ def kernel_rewrites():
             if isinstance(value, relax.TupleGetItem) and value.tuple_value in self._half_batch_norms:
                 # read straight from the widened batch norm, with no alias between: through
                 # the tuple, or an alias, fusion stopped (a ReLU6 after went into a kernel of its own)
-                field = self._half_batch_norms[value.tuple_value][value.index]
-                if isinstance(field, relax.Var):
-                    self.set_var_remap(binding.var, field)
-                    return None
-                return super().visit_var_binding_(binding)
+                return self._bind_as(binding.var, self._half_batch_norms[value.tuple_value][value.index])
             if not (isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.nn.batch_norm"):
                 return super().visit_var_binding_(binding)
             call = self.visit_expr(value)
@@ -100,7 +96,17 @@ def kernel_rewrites():
             # in inference the moving statistics come out as they went in
             fields = (out, call.args[3], call.args[4])
             self._half_batch_norms[binding.var] = fields
-            self.set_var_remap(binding.var, self.builder_.emit(relax.Tuple(fields)))
+            return self._bind_as(binding.var, relax.Tuple(fields))
+
+        def _bind_as(self, var, value):
+            """``value`` in place of ``var``'s old value. A variable of the dataflow block
+            is replaced where it is used (no alias between, which fusion would stop at);
+            one the block outputs keeps its name, as what follows the block reads it (a
+            dataflow variable of ours in its place was read outside the block)."""
+            if isinstance(var, relax.DataflowVar):
+                self.set_var_remap(var, value if isinstance(value, relax.Var) else self.builder_.emit(value))
+            else:
+                self.builder_.emit_normalized(relax.VarBinding(var, value))
 
         def visit_tuple_getitem_(self, op):
             fields = self._half_batch_norms.get(op.tuple_value)

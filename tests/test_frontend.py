@@ -584,6 +584,34 @@ def test_a_half_precision_batch_norm_of_its_own_runs_in_float32(tmp_path, dtype)
     assert api.run(module, check=str(path), repeat=1)["check"]["ok"]
 
 
+@pytest.mark.parametrize("output", ["normalized", "tuple", "relu"])
+def test_the_widened_batch_norm_leaves_the_module_well_formed(output):
+    """Where the batch norm's result is what its dataflow block outputs, the rewrite put
+    a dataflow variable of its own in its place, read outside the block: ill-formed
+    (TVM's ONNX importer always aliases the output, so only other IR met it)."""
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from autotune.rewrites import kernel_rewrites
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, 8, 4, 4), "float16"))
+    stats = [relax.Var(n, R.Tensor((8,), "float16")) for n in ("g", "b", "m", "v")]
+    with bb.function("main", [x, *stats]):
+        with bb.dataflow():
+            bn = bb.emit(relax.op.nn.batch_norm(x, *stats, axis=1, training=False))
+            if output == "tuple":
+                gv = bb.emit_output(bn)
+            elif output == "normalized":
+                gv = bb.emit_output(relax.TupleGetItem(bn, 0))
+            else:
+                gv = bb.emit_output(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
+        bb.emit_func_output(gv)
+    mod = kernel_rewrites()(bb.get())
+    assert relax.analysis.check_well_formed(mod)
+    assert "float32" in mod["main"].script()  # the batch norm itself runs wide
+
+
 @pytest.mark.parametrize("name,size", [("dqn", 36), ("transformer", 16)])
 def test_zoo_models_come_in_bfloat16(tmp_path, name, size):
     """``zoo export --dtype bfloat16`` (float16 only before): weights and every float
