@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from autotune.errors import AutotuneError, OptionError, check_choice, check_count, check_flag, first_line, quoted
+from autotune.errors import AutotuneError, OptionError, check_choice, check_count, check_flag, first_line, quoted, quoted_text
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.measure import MeasureOptions
 from autotune.target import TargetSpec
@@ -240,20 +240,20 @@ def run(
 
     With ``check`` (the zoo name or ONNX file it was compiled from) its outputs are
     compared with ONNX's reference evaluator on the same inputs: ``result["check"]["ok"]``.
-    Left out, ``rtol`` (1e-3) and ``atol`` (1e-4) are widened for half-precision outputs
-    (two units in the last place, then the model widened to float32 as judge); given,
-    they are applied as they are (a float16 module passed ``atol=0, rtol=0`` 0.002 off).
+    Left out, ``rtol`` (1e-3) is widened for half-precision outputs (two units in the
+    last place, then the model widened to float32 as judge); given, it is applied as it
+    is, as ``atol`` (1e-4) is (a float16 module passed ``atol=0, rtol=0`` 0.002 off).
     ``save_outputs`` writes the outputs to an ``.npz``; ``return_outputs`` puts them, as
     numpy arrays, under ``result["output_arrays"]``.
     """
     from autotune.frontend import InputShapeError, is_zoo_name, load_model
-    from autotune.half_precision import is_half
+    from autotune.half_precision import HALF_TYPES, is_half
     from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
-    from autotune.verify import max_abs_error, outputs_match
+    from autotune.verify import max_abs_error, outputs_match, widened_rtol
 
     check_count(seed, "seed", zero_ok=True)
     check_count(repeat, "repeat")
-    exact = rtol is not None or atol is not None  # tolerances given are applied as given
+    widen = rtol is None  # an rtol given is applied as given
     rtol = DEFAULT_RTOL if rtol is None else rtol
     atol = DEFAULT_ATOL if atol is None else atol
     check_count(rtol, "rtol", zero_ok=True, integer=False)
@@ -267,10 +267,10 @@ def run(
         feed, source = seeded_inputs(meta, seed), f"seed {seed}"
     elif isinstance(inputs, Mapping):
         feed, source = check_inputs(inputs, meta), "given"
-    elif isinstance(inputs, (str, os.PathLike)) and not isinstance(inputs, bool):
+    elif isinstance(inputs, (str, os.PathLike)):
         feed, source = load_inputs(inputs, meta), str(inputs)
     else:  # a list of arrays failed in open(): "expected str, bytes or os.PathLike object, not list"
-        names = ", ".join(meta.get("input_order") or meta.get("inputs") or [])
+        names = quoted_text(", ".join(meta.get("input_order") or meta.get("inputs") or []))
         raise OptionError(f"{{inputs}} must be a dict of arrays by input name ({names}) or an .npz file, got "
                           f"{type(inputs).__name__}", "inputs")
     if save_outputs is not None:
@@ -298,7 +298,7 @@ def run(
         for name, info in meta["inputs"].items():
             ours, theirs = info.get("dtype", "float32"), model.input_dtypes.get(name)
             if theirs is not None and ours != theirs:
-                how = (f" (`autotune zoo export {check} --dtype {ours}` writes the zoo's)" if is_zoo_name(check) and ours == "float16"
+                how = (f" (`autotune zoo export {check} --dtype {ours}` writes the zoo's)" if is_zoo_name(check) and ours in HALF_TYPES
                        else "")
                 raise AutotuneError(f"--check {check} takes {name} as {theirs}, this module as {ours}: check it against "
                                     f"the model in {ours} it was compiled from{how}")
@@ -307,11 +307,12 @@ def run(
         except Exception as err:  # the evaluator's own errors: a model that does not take these inputs
             raise AutotuneError(_reference_failure(check, err)) from None
         errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
-        matched = [outputs_match(g, w, rtol=rtol, atol=atol, widen=not exact) for g, w in zip(outputs, want)]
+        matched = [outputs_match(g, w, rtol=rtol, atol=atol, widen=widen) for g, w in zip(outputs, want)]
         result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None,
                            "ok": len(want) == len(outputs) and all(matched),
-                           "tolerance": {"rtol": rtol, "atol": atol, "widened_for_half_precision": not exact}}
-        if len(want) == len(outputs) and not all(matched) and any(map(is_half, want)) and not exact:
+                           "tolerance": {"rtol": widened_rtol(rtol, *want) if widen else rtol, "atol": atol,
+                                         "widened_for_half_precision": widen and any(map(is_half, want))}}
+        if len(want) == len(outputs) and not all(matched) and any(map(is_half, want)) and widen:
             result["check"].update(_half_precision_check(model.proto, feed, outputs, want, matched, atol=atol))
     if save_outputs is not None:
         from autotune.run import save_outputs as write_outputs
@@ -362,7 +363,7 @@ def report(run: str | os.PathLike, *, mlflow_uri: str | None = None, history: st
     no report (a tune killed before its end, with no MLflow run to look in)."""
     from autotune import report as reporting
 
-    if isinstance(run, bool) or not isinstance(run, (str, os.PathLike)):  # report(None) looked for a run named 'None'
+    if not isinstance(run, (str, os.PathLike)):  # report(None) looked for a run named 'None'
         raise OptionError(f"{{run}} must be a run id or a report directory, got {quoted(run)}", "run")
     _check_path(history, "history")
     _check_path(mlflow_uri, "mlflow_uri")

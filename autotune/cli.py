@@ -131,8 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", metavar="MODEL", help="compare outputs with the ONNX reference evaluator on this model (zoo name or .onnx)")
     p.add_argument("--rtol", type=float, help="relative tolerance of --check (default 1e-3, widened for half-precision outputs "
                    "to two units in their last place, then judged against the model in float32; given, applied as it is)")
-    p.add_argument("--atol", type=float, help="absolute tolerance of --check (default 1e-4; given, applied as it is, "
-                   "as --rtol is)")
+    p.add_argument("--atol", type=float, help="absolute tolerance of --check (default 1e-4)")
     _json_arg(p)
     p.set_defaults(func=cmd_run)
 
@@ -295,7 +294,7 @@ def cmd_compile(args) -> int:
         print(json.dumps(summary))
     else:
         whose = f" (records of {summary['history_target']})" if summary.get("history_target", summary["target"]) != summary["target"] else ""
-        borrowed = f", {summary['other_batch_layers']} from its winner at another batch size" if summary.get("other_batch_layers") else ""
+        borrowed = f", {summary['other_batch_layers']} from their winners at another batch size" if summary.get("other_batch_layers") else ""
         print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history{whose}"
               f"{borrowed}, the rest TVM defaults")
         if summary.get("history_note"):
@@ -615,10 +614,9 @@ def cmd_report(args) -> int:
     from autotune.compile import check_output_dir
 
     if args.out_dir:
-        check_output_dir(args.out_dir)  # a file in its place ended in a traceback
+        check_output_dir(args.out_dir)  # before the report is looked up: a file in its place ended in a traceback
     data = api.report(args.run, mlflow_uri=args.mlflow_uri, history=args.history)
-    out_dir = Path(args.out_dir) if args.out_dir else Path(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
-    check_output_dir(out_dir)
+    out_dir = Path(args.out_dir) if args.out_dir else check_output_dir(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
     paths = reporting.write_artifacts(data, out_dir)
     if args.json:
         # the run's own figures (model latency before and after, measuring time...) beside its rows

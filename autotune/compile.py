@@ -73,7 +73,8 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
     A layer history has not measured at this batch size takes the winner of the same
     layer at the nearest batch size it has measured, where that config fits this
     shape: batch rarely changes the winner, and tuning at batch 1 then compiling at
-    batch 8 applied none of the tuned schedules (0 of 6 of dqn's layers)."""
+    batch 4 applied none of the tuned schedules (0 of 6 of dqn's layers). Where that
+    nearest winner is TVM's default, the default it is."""
     from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     spaces = spaces if spaces is not None else {}
@@ -103,15 +104,22 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
             continue
         if store is None:
             continue
-        for other, flops in _nearest_batches_first(store.best_at_other_batches(layer.workload_key, layer.batch_invariant_key, key), layer.flops):
+        others = _nearest_batches_first(store.best_at_other_batches(layer.workload_key, layer.batch_invariant_key, key), layer.flops)
+        for other, flops in others:
+            # batch_ratio: the other batch size over this one (their FLOPs' ratio)
+            found = {"record_id": other.id, "from_workload": other.workload_key,
+                     "batch_ratio": round(flops / layer.flops, 4) if layer.flops else None}
             if other.space_id.startswith(DEFAULT_SPACE_PREFIX):
-                continue
+                entry.update(found, note="the same layer's winner at the nearest batch size is TVM's default")
+                break
             func = _mapped(space(), other)
             if func is not None:
                 mod.update_func(mod.get_global_var(layer.name), func)
-                entry.update(schedule=OTHER_BATCH, record_id=other.id, from_workload=other.workload_key,
-                             batch_ratio=round(flops / layer.flops, 4) if layer.flops else None)
+                entry.update(found, schedule=OTHER_BATCH)
                 break
+        else:
+            if others:
+                entry["note"] = "no winner of the same layer at another batch size fits this shape"
     return mod, applied
 
 

@@ -67,7 +67,13 @@ def check_choice(value, name: str, choices) -> None:
 
 def quoted(value) -> str:
     """``repr`` safe inside an :class:`OptionError` template."""
-    return repr(value).replace("{", "{{").replace("}", "}}")
+    return quoted_text(repr(value))
+
+
+def quoted_text(text: str) -> str:
+    """``text`` safe inside an :class:`OptionError` template (an input named ``x{0}``
+    broke the template's formatting)."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def first_line(err: BaseException) -> str:

@@ -22,14 +22,20 @@ from autotune.target import TargetSpec
 _UNIT_ROUNDOFF = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
+def widened_rtol(rtol: float, *arrays: np.ndarray) -> float:
+    """``rtol``, or two units in the last place of the narrowest half-precision array
+    among ``arrays`` where that is more."""
+    return max(rtol, *(2 * _UNIT_ROUNDOFF.get(str(a.dtype), 0.0) for a in arrays))
+
+
 def outputs_match(got: np.ndarray, want: np.ndarray, *, rtol: float = 1e-3, atol: float = 1e-4, widen: bool = True) -> bool:
     """Whether two computations of one output agree: within ``rtol``/``atol``, with
-    ``widen`` widened to two units in the last place of a half-precision output, compared
-    in float64 (numpy has no bfloat16 arithmetic of its own)."""
+    ``widen`` the rtol widened for a half-precision output (:func:`widened_rtol`),
+    compared in float64 (numpy has no bfloat16 arithmetic of its own)."""
     if got.shape != want.shape:
         return False
-    unit = max(_UNIT_ROUNDOFF.get(str(a.dtype), 0.0) for a in (got, want)) if widen else 0.0
-    return bool(np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=max(rtol, 2 * unit), atol=atol, equal_nan=True))
+    rtol = widened_rtol(rtol, got, want) if widen else rtol
+    return bool(np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True))
 
 
 def max_abs_error(got: np.ndarray, want: np.ndarray) -> float:

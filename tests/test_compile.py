@@ -177,14 +177,15 @@ def _dense(path):
 
 
 def test_a_batch_history_has_not_measured_takes_the_nearest_batchs_winner(tmp_path, capsys):
-    """Tuned at batch 1, compiled at batch 8: every layer fell back to TVM's default
+    """Tuned at batch 1, compiled at batch 4: every layer fell back to TVM's default
     (0 of 6 of dqn's). The winner of the same layer at the nearest batch size measured
-    is mapped onto this shape's candidates and applied, said per layer, and the module
-    still matches the reference."""
+    (not the first registered, nor the fastest) is mapped onto this shape's candidates
+    and applied, said per layer, and the module still matches the reference; where that
+    nearest winner is TVM's default, the default it is."""
     import numpy as np
 
     from autotune import decompose, frontend
-    from autotune.compile import OTHER_BATCH
+    from autotune.compile import OTHER_BATCH, default_space_id
     from autotune.history import open_history
     from autotune.target import resolve_target
     from autotune.templates.meta_schedule_space import MetaScheduleSpace
@@ -192,24 +193,39 @@ def test_a_batch_history_has_not_measured_takes_the_nearest_batchs_winner(tmp_pa
     model, target, history = _dense(tmp_path / "dense.onnx"), resolve_target("llvm"), tmp_path / "h.db"
     rng = np.random.default_rng(1)
     records = {}
+
+    def record(store, batch: int, latency: float, *, default: bool = False) -> None:
+        _, mod = frontend.load_and_fuse(str(model), input_shapes={"x": (batch, 32)})
+        (layer,) = [l for l in decompose.decompose(mod, batch_size=batch) if l.tunable]
+        space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+        store.register_workload(layer.workload_info())
+        records[batch] = store.add_record(
+            workload_key=layer.workload_key, target_key=target.key, space_id=default_space_id(target) if default else space.space_id,
+            config={} if default else space.random_config(rng), samples=[latency], status="ok")
+
+    def compile_at(batch: int) -> dict:
+        out = tmp_path / f"dense{batch}.so"
+        assert main(["compile", str(model), "--input-shape", f"x={batch}x32", "--target", "llvm", "--history", str(history),
+                     "-o", str(out), "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        (entry,) = [s for s in summary["schedules"].values() if s.get("batch_ratio") is not None]
+        return summary, entry
+
     with open_history(history) as store:
         store.register_target(target.history_info())
-        for batch in (1, 16):
-            _, mod = frontend.load_and_fuse(str(model), input_shapes={"x": (batch, 32)})
-            (layer,) = [l for l in decompose.decompose(mod, batch_size=batch) if l.tunable]
-            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
-            config = space.random_config(rng)
-            store.register_workload(layer.workload_info())
-            records[batch] = store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id,
-                                              config=config, samples=[1e-6 * batch], status="ok")
-    out = tmp_path / "dense.so"
-    assert main(["compile", str(model), "--input-shape", "x=2x32", "--target", "llvm", "--history", str(history),
-                 "-o", str(out), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["tuned_layers"] == 0 and summary["other_batch_layers"] == 1
-    (entry,) = [s for s in summary["schedules"].values() if s["schedule"] == OTHER_BATCH]
+        record(store, 16, 1e-7)  # first, and the fastest
+        record(store, 1, 1e-6)
+    summary, entry = compile_at(2)
+    assert summary["tuned_layers"] == 0 and summary["other_batch_layers"] == 1 and entry["schedule"] == OTHER_BATCH
     assert entry["record_id"] == records[1] and entry["batch_ratio"] == 0.5  # batch 1 is nearer 2 than 16 is
-    assert main(["run", str(out), "--check", str(model), "--json", "--repeat", "1"]) == 0
+    assert main(["run", str(tmp_path / "dense2.so"), "--check", str(model), "--json", "--repeat", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["check"]["ok"]
-    assert main(["compile", str(model), "--input-shape", "x=2x32", "--target", "llvm", "-o", str(out)]) == 0
+    _, entry = compile_at(12)
+    assert entry["record_id"] == records[16] and entry["schedule"] == OTHER_BATCH
+    with open_history(history) as store:
+        record(store, 3, 1e-6, default=True)  # nearer 2 than 1 is, and TVM's default won there
+    summary, entry = compile_at(2)
+    assert summary["other_batch_layers"] == 0 and entry["schedule"] == "default" and entry["record_id"] == records[3]
+    assert "nearest batch size is TVM's default" in entry["note"]
+    assert main(["compile", str(model), "--input-shape", "x=2x32", "--target", "llvm", "-o", str(tmp_path / "none.so")]) == 0
     assert "0 of 1 layers from history, the rest" in capsys.readouterr().out  # no history, nothing borrowed

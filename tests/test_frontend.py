@@ -539,12 +539,17 @@ def test_a_half_precision_model_is_checked_against_itself_in_float32(tmp_path):
     assert 0 < f32["max_abs_error"] <= f32["allowed_factor"] * f32["reference_max_abs_error"]
     wrong = api.run(module, check=str(other), repeat=1)["check"]
     assert not wrong["ok"] and wrong["float32"]["max_abs_error"] > 100 * wrong["float32"]["reference_max_abs_error"]
-    # tolerances given are applied as given: atol=0, rtol=0 passed a module 0.002 off
-    assert right["tolerance"] == {"rtol": 1e-3, "atol": 1e-4, "widened_for_half_precision": True}
+    # an rtol given is applied as given: atol=0, rtol=0 passed a module 0.002 off; the
+    # check says the rtol it applied (float16's two units in the last place: 2 ** -9)
+    assert right["tolerance"] == {"rtol": 2.0**-9, "atol": 1e-4, "widened_for_half_precision": True}
     strict = api.run(module, check=str(model), repeat=1, rtol=0.0, atol=0.0)["check"]
     assert not strict["ok"] and "float32" not in strict and strict["tolerance"]["widened_for_half_precision"] is False
-    loose = api.run(module, check=str(model), repeat=1, atol=2 * right["max_abs_error"])["check"]
-    assert loose["ok"] and loose["tolerance"] == {"rtol": 1e-3, "atol": 2 * right["max_abs_error"], "widened_for_half_precision": False}
+    # an atol alone leaves the rtol widened and the float32 judge in place
+    atol_only = api.run(module, check=str(model), repeat=1, atol=0.0)["check"]
+    assert atol_only["tolerance"] == {"rtol": 2.0**-9, "atol": 0.0, "widened_for_half_precision": True}
+    assert atol_only["ok"] == right["ok"]
+    loose = api.run(module, check=str(model), repeat=1, rtol=0.0, atol=2 * right["max_abs_error"])["check"]
+    assert loose["ok"] and loose["tolerance"] == {"rtol": 0.0, "atol": 2 * right["max_abs_error"], "widened_for_half_precision": False}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
