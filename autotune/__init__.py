@@ -37,7 +37,7 @@ class _CheckoutSiblings(_abc.MetaPathFinder):
 
 if _os.path.isfile(_os.path.join(_checkout, "history", "__init__.py")) and not _os.path.isdir(
     _os.path.join(__path__[0], "history")
-) and not any(isinstance(f, _CheckoutSiblings) for f in _sys.meta_path):
+) and not any(type(f).__name__ == "_CheckoutSiblings" for f in _sys.meta_path):  # once, reloads too
     _sys.meta_path.append(_CheckoutSiblings())
 
 

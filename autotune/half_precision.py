@@ -1,6 +1,6 @@
 """Half-precision models: their ONNX conversions, and what their outputs are checked against.
 
-The zoo builds a float16 model from its float32 one (:func:`float16_model`); ``run
+The zoo builds a float16 or bfloat16 model from its float32 one (:func:`half_model`); ``run
 --check`` judges a half-precision module against the model widened to float32
 (:func:`float32_model`; exact, since every float16 or bfloat16 value is a float32 value).
 
@@ -50,7 +50,7 @@ def float32_model(proto):
     return _retyped(proto, _half_types(), TensorProto.FLOAT, np.float32)
 
 
-def float16_model(proto, dtype: str = "float16"):
+def half_model(proto, dtype: str = "float16"):
     """A copy of ``proto`` with every float32 tensor, type and cast made ``dtype``
     (float16 or bfloat16): a model as a half-precision deployment runs it (the zoo's
     ``dtype=``). Weights round to that type; None when the model has no float32 at all."""

@@ -23,6 +23,12 @@ def emit(result: dict[str, Any], out: str | None, *, indent: int = 1) -> None:
             fh.write(text + "\n")
 
 
+def description(doc: str | None) -> str:
+    """A script's ``--help`` text: its docstring's first paragraph, on one line (its first
+    line alone stopped mid-sentence)."""
+    return (doc or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
 def positive_int(text: str) -> int:
     """argparse type: a count of at least 1."""
     try:

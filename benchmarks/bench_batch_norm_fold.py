@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 from _timing import time_in_turns  # noqa: E402
 
 
@@ -143,7 +143,7 @@ def one_seed_tuned(model: str, size: int, trials: int, seed: int, target, layeri
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--models", default="resnet18,mobilenetv2")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--trials", type=int, default=64, help="measured trials of the tune (the whole model)")

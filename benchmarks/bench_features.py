@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 
 def spearman(a, b) -> float:
@@ -123,7 +123,7 @@ def drawn_from_file(path: str, target_key: str, layer, n: int, seed: int = 0) ->
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--layers", default="resnet18:0,resnet18:4,resnet18:11,mobilenetv2:5")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--configs", type=int, default=120)

@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 from history_guided.history_setup import priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.measurers import CachedMeasurer  # noqa: E402
@@ -39,7 +39,7 @@ PREFIXES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--history-db", required=True, help="the history the guided benchmark ran with")
     parser.add_argument("--targets", default="resnet18:7,resnet18:0,resnet18:3", help="MODEL:INDEX of layers, as in the guided benchmark")
     parser.add_argument("--exclude", help="MODEL:INDEX layers kept out of matching besides --targets (the guided run's other targets)")

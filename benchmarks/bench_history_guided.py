@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 from history_guided.history_setup import build_history, copy_database, layers_to_complete, priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
@@ -57,7 +57,7 @@ from history_guided.tuner_specs import make_run_tuner, pairs_of  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--size", type=int, default=56, help="image side for the zoo models (default 56)")
     parser.add_argument("--source", default="resnet50,vgg11",
                         help="models whose layers form the history; MODEL@SIZE at another image size, MODEL[@SIZE]:INDEX one layer")

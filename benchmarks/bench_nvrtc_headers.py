@@ -30,7 +30,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 
 def cuda_sources(layer_spec: str, size: int, configs: int, target, seed: int) -> tuple[list[str], int]:
@@ -69,7 +69,7 @@ def compile_seconds(source: str, arch: str) -> tuple[float, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--layers", default="resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5")
     parser.add_argument("--size", type=int, default=56, help="input side (56: the history-guided benchmark's)")
     parser.add_argument("--configs", type=int, default=8)

@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, positive_int, run_main  # noqa: E402
+from _emit import description, emit, out_file, positive_int, run_main  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def bench_one(p: Primitive, *, trials: int, target: str, repeat: int, work: Path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--trials", type=positive_int, default=64, help="measured trials per primitive")
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--repeat", type=positive_int, default=20, help="timed repeats (medians kept)")

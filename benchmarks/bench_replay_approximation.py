@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.progress import log  # noqa: E402
 from history_guided.recorded import measured_configs, recorded_space, recorded_target  # noqa: E402
@@ -74,7 +74,7 @@ def judge(answers: np.ndarray, measured: np.ndarray) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--measurements", required=True, help="a history-guided benchmark's JSON-lines measurement file")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3", help="MODEL:INDEX of layers")
     parser.add_argument("--size", type=int, default=56)

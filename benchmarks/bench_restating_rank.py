@@ -31,7 +31,7 @@ from collections.abc import Collection
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
-from _emit import run_main  # noqa: E402
+from _emit import description, run_main  # noqa: E402
 
 
 def measured_by_layer(path: str, target_key: str, workload_keys: Collection[str], first_lines: int | None = None
@@ -79,7 +79,7 @@ def rank_quality(priors, space, layer, configs, latencies, seed: int = 0) -> dic
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--history-db", required=True, help="history with the other CPU's records")
     parser.add_argument("--measurements", required=True, help="this CPU's measurement file (bench_history_guided.py)")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:4,mobilenetv2:5")

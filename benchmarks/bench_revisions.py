@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 from bench_budget_split import tuned_time  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -54,7 +54,7 @@ def summary(report: dict, seconds: float) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--base", required=True, help="the earlier commit (any git revision)")
     parser.add_argument("--models", required=True, help="comma-separated MODEL:TRIALS (a zoo name or an ONNX path)")
     parser.add_argument("--size", type=int, default=56, help="input size of zoo models")

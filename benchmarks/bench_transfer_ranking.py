@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 from history_guided.history_setup import priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.progress import log  # noqa: E402
@@ -77,7 +77,7 @@ def rejected_first(tuner, space) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--history-db", required=True, help="the history the guided benchmark ran with (completed)")
     parser.add_argument("--measurements", required=True, help="the guided benchmark's JSON-lines measurement file")
     parser.add_argument("--targets", default="resnet18:0,resnet18:1,resnet18:3", help="MODEL:INDEX of layers")

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _emit import positive_int, run_main  # noqa: E402
+from _emit import description, positive_int, run_main  # noqa: E402
 
 from autotune.search import PriorRecord, make_tuner  # noqa: E402
 import autotune.search.xgb_tuner  # noqa: E402,F401  (imports xgboost/scipy outside the timings)
@@ -150,7 +150,7 @@ def main() -> None:
             raise argparse.ArgumentTypeError(f"unknown tuner {unknown[0]!r} (choose from {', '.join(TUNERS)})")
         return names
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--priors", type=counts, default="1000,100000", help="history records the tuners hold, comma-separated (default 1000,100000)")
     ap.add_argument("--batch", type=positive_int, default=16, help="configs proposed per round (default 16)")
     ap.add_argument("--rounds", type=positive_int, default=6, help="rounds timed (default 6)")

@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, positive_int, run_main  # noqa: E402
+from _emit import description, emit, out_file, positive_int, run_main  # noqa: E402
 
 
 def matmul_func(n: int):
@@ -118,7 +118,7 @@ def run_tvm(func, target_spec, trials: int, batch: int) -> dict:
 def main() -> int:
     from autotune.search import TUNERS
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--n", type=positive_int, default=256, help="matmul size N (N x N x N; default 256)")
     parser.add_argument("--trials", type=positive_int, default=32, help="measured trials for each tuner (default 32)")
     parser.add_argument("--batch", type=positive_int, default=8, help="candidates built and timed together (default 8)")

@@ -30,7 +30,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM  # noqa: E402
 
@@ -138,7 +138,7 @@ def model_latency_torch(ctor: str, size: int, dtype: str) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--model", default="resnet18", help="a zoo name or the ONNX file that was tuned")
     parser.add_argument("--torchvision", help="torchvision model for the whole-model comparison "
                         "(default: the zoo model's counterpart, none for a file)")

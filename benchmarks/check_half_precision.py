@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 MODELS = "resnet18,mobilenetv2,transformer,dqn,autoencoder,speech,seq2seq,memnet,alexnet,vgg11"
 
@@ -61,7 +61,7 @@ def check_model(name: str, size: int | None, target: str, history: str | None, f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--size", type=int, help="input size for the image and sequence models (default: each model's)")
     parser.add_argument("--target", default="llvm")

@@ -32,7 +32,7 @@ from collections import Counter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 #: The CUDA target the spaces are built for (the lent H100's arch); nothing is run.
 TARGET = "cuda:sm_90"
@@ -112,7 +112,7 @@ def check_draws(models: list[str], draws: int, size: int | None, target, seed: i
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--measurements", help="a benchmark's measurement file (JSON lines)")
     parser.add_argument("--layers", help="MODEL:INDEX of the file's layers to check (bench_history_guided's numbering)")
     parser.add_argument("--models", help="check every tunable layer of these zoo models on random draws")

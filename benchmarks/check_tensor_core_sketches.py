@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 
 def check_layer(layer, target, arch: str, configs: int, tries: int, fatbin: bool, seed: int, judge: int = 0) -> dict:
@@ -97,7 +97,7 @@ def judge_checks(space, n: int, rng) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--size", type=int)
     parser.add_argument("--target", default="cuda:sm_90")

@@ -21,13 +21,13 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 from history_guided.layers import source_layers  # noqa: E402
 from history_guided.measurers import CachedMeasurer  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("configs", help="a JSON file: a list of {name, layer, config}")
     parser.add_argument("--size", type=int, default=56, help="image side for a layer named without @SIZE")
     parser.add_argument("--repeat", type=int, default=3)

@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 
 def random_modules(space, n: int, seed: int) -> list:
@@ -101,7 +101,7 @@ def on_pool(mods: list, target, workers: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--layer", default="resnet18:4", help="MODEL[@SIZE]:INDEX, as the history-guided benchmark names layers")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--target", default="cuda", help="cuda (the GPU here, or cuda:sm_90 without one) or llvm")

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _emit import run_main  # noqa: E402
+from _emit import description, run_main  # noqa: E402
 
 
 def tune(model: str, size: int, trials: int, seed: int, split: str, db: str, target) -> dict:
@@ -36,7 +36,7 @@ def tune(model: str, size: int, trials: int, seed: int, split: str, db: str, tar
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--model", default="transformer")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--trials", type=int, default=64)

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 from history_guided.layers import model_layers  # noqa: E402
 from history_guided.progress import log  # noqa: E402
 from history_guided.recorded import recorded_space  # noqa: E402
@@ -88,7 +88,7 @@ def retime(measurer, space, configs: list[str], rounds: int, seed: int) -> dict[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--results", required=True, help="a bench_history_guided.py result holding final_configs")
     parser.add_argument("--target", default="llvm", help="where to time: llvm here, cuda on the GPU machine")
     parser.add_argument("--rounds", type=int, default=5, help="timings per config, each in its own shuffled round")

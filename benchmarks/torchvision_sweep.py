@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, run_main  # noqa: E402
 
 
 def export(names: list[str], out: Path) -> None:
@@ -105,7 +105,7 @@ def sweep(files: list[Path], trials: int) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("names", nargs="*", help="with --export or --pytorch: torchvision model names")
     parser.add_argument("--export", type=Path, help="write each named model's two exports into this folder, then stop")
     parser.add_argument("--models", type=Path, help="a folder of .onnx files to sweep")

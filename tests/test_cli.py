@@ -609,9 +609,9 @@ def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, 
     """A float16 module checked against the float32 model said MISMATCH, as if wrong."""
     import onnx
 
-    from autotune.half_precision import float16_model
+    from autotune.half_precision import half_model
 
-    onnx.save(float16_model(onnx.load(dyn_model)), env / "dyn16.onnx")
+    onnx.save(half_model(onnx.load(dyn_model)), env / "dyn16.onnx")
     assert main(["compile", "dyn16.onnx", "--input-shape", "x=2x8", "--target", "llvm", "-o", "dyn16.so"]) == 0
     capsys.readouterr()
     _user_error(capsys, ["run", "dyn16.so", "--check", dyn_model, "--repeat", "1"],
@@ -1011,9 +1011,9 @@ def test_info_says_when_history_cannot_be_read(capsys, env):
 def test_run_refuses_inputs_past_the_modules_float_range(capsys, env, dyn_model):
     """Values a float16 module cannot hold: numpy warned of an overflow in its cast, then
     the check read NaN and said MISMATCH."""
-    from autotune.half_precision import float16_model
+    from autotune.half_precision import half_model
 
-    onnx.save(float16_model(onnx.load(dyn_model)), env / "dyn16.onnx")
+    onnx.save(half_model(onnx.load(dyn_model)), env / "dyn16.onnx")
     assert main(["compile", "dyn16.onnx", "--input-shape", "x=2x8", "--target", "llvm", "-o", "dyn16.so"]) == 0
     capsys.readouterr()
     np.savez(env / "big.npz", x=np.full((2, 8), 1e6))

@@ -639,7 +639,7 @@ def test_widening_to_float32_reaches_casts_constants_and_subgraphs():
     from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    from autotune.half_precision import float16_model, float32_model
+    from autotune.half_precision import half_model, float32_model
 
     half = TensorProto.FLOAT16
     branch = lambda name, value: helper.make_graph(  # noqa: E731
@@ -665,7 +665,7 @@ def test_widening_to_float32_reaches_casts_constants_and_subgraphs():
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, x * np.array([1.0, 2.0, np.float16(1 / 3)], np.float32) * 1.0)
     assert float32_model(wide) is None  # nothing half left to widen
-    assert float16_model(float16_model(wide)) is None and str(float32_model(float16_model(wide))) == text
+    assert half_model(half_model(wide)) is None and str(float32_model(half_model(wide))) == text
 
 
 def test_a_quantized_model_of_an_older_opset_is_checked(tmp_path):

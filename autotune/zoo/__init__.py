@@ -191,9 +191,9 @@ def build_model(
         },
     )
     if dtype != "float32":
-        from autotune.half_precision import float16_model
+        from autotune.half_precision import half_model
 
-        model = float16_model(model, dtype)
+        model = half_model(model, dtype)
     return model
 
 
