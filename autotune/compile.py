@@ -133,23 +133,50 @@ def _nearest_batches_first(found: list[tuple[Any, float]], flops: float) -> list
 
 
 def _mapped(space, record) -> Any:
-    """``record``'s config, from the same layer at another batch size, mapped onto this
-    layer's candidates (the batch axis's tiles change, knob by knob to the nearest; the
-    rest stay) and applied: the scheduled PrimFunc, or None where it does not apply
-    (another knob space version, or a mapped config the space or the GPU checks refuse)."""
+    """``record``'s config, from the same layer at another batch size, put onto this
+    layer's candidates and applied: the batch spread over the outermost tiles
+    (:func:`_batch_in_outer_tiles`), else each knob at its nearest candidate as the
+    guided tuners map history. The scheduled PrimFunc, or None where neither applies
+    (another knob space version, or what the space or the GPU checks refuse)."""
     from autotune.search.features import map_config
     from autotune.templates import InvalidConfig
 
     if record.space_id.rsplit(":", 1)[0] != space.space_id.rsplit(":", 1)[0]:
         return None
-    config = map_config(space, record.config)
-    if config is None:
-        return None
-    try:
-        scheduled = space.apply(config)["main"]
-    except InvalidConfig:
-        return None
-    return scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+    for config in (_batch_in_outer_tiles(space, record.config), map_config(space, record.config)):
+        if config is None:
+            continue
+        try:
+            scheduled = space.apply(config)["main"]
+        except InvalidConfig:
+            continue
+        return scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+    return None
+
+
+def _batch_in_outer_tiles(space, config: dict) -> dict | None:
+    """``config`` with each tiling the batch size changed rescaled in its outermost level
+    (thread blocks on a GPU, the parallel loop on a CPU), the rest as tuned; None where a
+    tiling does not divide so. The nearest tiling, as the guided tuners map history, put
+    the batch in the threads' and inner tiles: on the H100, batch 1's winners of three
+    ResNet-50 convs then overran shared memory or registers at batch 4, which spread over
+    blocks applied cleanly (2026-11-27)."""
+    moved = dict(config)
+    for knob in space.knobs:
+        value = config.get(knob.name)
+        if knob.kind != "tile" or not isinstance(value, (list, tuple)) or not value:
+            continue
+        extent, was = math.prod(knob.candidates[0]), math.prod(value)
+        if extent == was:
+            continue
+        if extent % was == 0:
+            tile = [value[0] * (extent // was), *value[1:]]
+        elif was % extent == 0 and value[0] % (was // extent) == 0:
+            tile = [value[0] // (was // extent), *value[1:]]
+        else:
+            return None
+        moved[knob.name] = tile
+    return moved if space.contains(moved) else None
 
 
 def _scheduled(space, record) -> tuple[Any, str | None]:

@@ -229,3 +229,33 @@ def test_a_batch_history_has_not_measured_takes_the_nearest_batchs_winner(tmp_pa
     assert "nearest batch size is TVM's default" in entry["note"]
     assert main(["compile", str(model), "--input-shape", "x=2x32", "--target", "llvm", "-o", str(tmp_path / "none.so")]) == 0
     assert "0 of 1 layers from history, the rest" in capsys.readouterr().out  # no history, nothing borrowed
+
+
+def test_another_batchs_winner_spreads_the_batch_over_the_outermost_tiles(tmp_path):
+    """The nearest tiling put the extra batch in the threads' and inner tiles: on the H100
+    three ResNet-50 convs' batch-1 winners then overran shared memory or registers at
+    batch 4. The outermost level takes it, every other decision kept as tuned; back to a
+    smaller batch it leaves the outermost level, where that divides."""
+    import numpy as np
+
+    from autotune import decompose, frontend
+    from autotune.compile import _batch_in_outer_tiles
+    from autotune.target import resolve_target
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
+
+    model, target = _dense(tmp_path / "dense.onnx"), resolve_target("llvm")
+
+    def space(batch: int):
+        _, mod = frontend.load_and_fuse(str(model), input_shapes={"x": (batch, 32)})
+        (layer,) = [l for l in decompose.decompose(mod, batch_size=batch) if l.tunable]
+        return MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+
+    one, four = space(1), space(4)
+    rng = np.random.default_rng(0)
+    config = one.random_config(rng)
+    moved = _batch_in_outer_tiles(four, config)
+    assert moved is not None and four.contains(moved)
+    changed = {name for name in config if moved[name] != config[name]}
+    (batch_knob,) = changed  # the batch axis's tiling alone
+    assert moved[batch_knob] == [4 * config[batch_knob][0], *config[batch_knob][1:]]
+    assert _batch_in_outer_tiles(one, moved) == config  # and back
