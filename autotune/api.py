@@ -209,13 +209,18 @@ def compile(
     spec = _target(target)
     store = open_history(history, create=False, readonly=True) if _history_exists(history) else None
     try:
-        return compile_model(
+        summary = compile_model(
             str(model), out, target=spec, store=store, input_shapes=shapes, size=size, batch_size=batch_size,
             batch_norm=batch_norm, step=step,
         )
     finally:
         if store is not None:
             store.close()
+    if spec.kind == "cuda" and not spec.has_device and isinstance(target, str) and target.strip() in ("cuda", "cuda:", "auto"):
+        # `--target cuda` with no GPU to ask meant sm_90 unsaid: an A100 would not load it
+        summary["target_note"] = (f"no GPU here to ask its arch: built for {spec.arch} and later GPUs "
+                                  "(`--target cuda:sm_XX` builds for another)")
+    return summary
 
 
 #: ``run``'s check tolerances when none is given.

@@ -282,6 +282,7 @@ def cmd_layers(args) -> int:
 
 def cmd_compile(args) -> int:
     from autotune import api
+    from autotune.compile import THIN_HISTORY
     from autotune.frontend import parse_input_shapes
 
     shapes = parse_input_shapes(args.input_shape)
@@ -297,8 +298,12 @@ def cmd_compile(args) -> int:
         borrowed = f", {summary['other_batch_layers']} from their winners at another batch size" if summary.get("other_batch_layers") else ""
         print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history{whose}"
               f"{borrowed}, the rest TVM defaults")
-        if summary.get("history_note"):
-            print(f"note: {summary['history_note']}")
+        for note in ("target_note", "history_note"):
+            if summary.get(note):
+                print(f"note: {summary[note]}")
+        if summary.get("thin_layers"):
+            print(f"note: {summary['thin_layers']} of the layers from history had fewer than {THIN_HISTORY} configs measured: "
+                  "thin evidence (`autotune tune` the model to deepen it)")
         kernels = summary.get("device_code")
         if kernels and kernels.get("note"):
             print(f"note: {kernels['note']}")

@@ -23,6 +23,11 @@ from autotune.target import TargetSpec, other_architecture
 from autotune.history.models import BASELINE_SPACE_PREFIX
 
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
+#: Measured configs below which a layer's winner is thin evidence: tune's own ``min_trials``
+#: default, under which it does not reuse a winner either. The H100's history, imported,
+#: gave ResNet-18 four winners of one measurement each, slower by their latencies than the
+#: defaults they replaced, and compile said nothing of it.
+THIN_HISTORY = 4
 #: A layer's schedule when it is the winner of the same layer at another batch size.
 OTHER_BATCH = "history (other batch)"
 
@@ -42,6 +47,11 @@ class Applied:
     def tuned(self) -> int:
         """Layers given their own history winner."""
         return sum(1 for v in self.layers.values() if v["schedule"] == "history")
+
+    @property
+    def thin(self) -> int:
+        """Layers given a winner of fewer than :data:`THIN_HISTORY` measured configs."""
+        return sum(1 for v in self.layers.values() if v["schedule"] == "history" and v.get("measured_configs", THIN_HISTORY) < THIN_HISTORY)
 
     @property
     def other_batch(self) -> int:
@@ -100,7 +110,8 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
                 entry["note"] = note
                 continue
             mod.update_func(mod.get_global_var(layer.name), func)
-            entry.update(schedule="history", record_id=record.id, latency=record.latency_median)
+            entry.update(schedule="history", record_id=record.id, latency=record.latency_median,
+                         measured_configs=store.count_measured(layer.workload_key, key, space_id=record.space_id))
             continue
         if store is None:
             continue
@@ -361,6 +372,10 @@ def compile_model(
     say = step or (lambda text: None)
 
     check_output_path(out)
+    if target.kind == "cuda":
+        from autotune.device_code import check_arch_compiles
+
+        check_arch_compiles(target.arch)
     linker = cross_linker(target)
     say(f"loading {model}")
     spec, mod = frontend.load_and_fuse(
@@ -407,6 +422,7 @@ def compile_model(
         "layers": len(layers),
         "tuned_layers": applied.tuned,
         "other_batch_layers": applied.other_batch,
+        "thin_layers": applied.thin,
         "device_code": kernels,
         "schedules": applied.layers,
         "history_note": hint,

@@ -21,9 +21,14 @@ know is an error, never a silently wrong export.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import struct
+import subprocess
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 from autotune.errors import AutotuneError
@@ -156,6 +161,52 @@ def pack_imports(host_module) -> bytes:
     return tensor.numpy().tobytes()
 
 
+#: Where a CUDA toolkit lives when ``$CUDA_HOME`` and ``$CUDA_PATH`` do not say.
+CUDA_HOMES = ("/usr/local/cuda",)
+
+
+def find_nvcc() -> str | None:
+    """``nvcc``'s path: on PATH, else where CUDA installs it (``$CUDA_HOME``,
+    ``$CUDA_PATH``, ``/usr/local/cuda``), whose folder then goes on PATH for TVM, which
+    calls it by name (an nvcc off PATH left exports carrying CUDA C)."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *CUDA_HOMES):
+        if home and os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
+            os.environ["PATH"] = os.path.join(home, "bin") + os.pathsep + os.environ.get("PATH", "")
+            return shutil.which("nvcc")
+    return None
+
+
+@lru_cache(maxsize=1)
+def nvcc_archs() -> tuple[int, ...]:
+    """The compute capabilities this machine's nvcc compiles for (``nvcc
+    --list-gpu-arch``; nvcc 13 dropped everything before sm_75), () where that is not
+    known."""
+    path = find_nvcc()
+    if path is None:
+        return ()
+    try:
+        text = subprocess.run([path, "--list-gpu-arch"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(sorted({int(m) for m in re.findall(r"compute_(\d+)", text)}))
+
+
+def check_arch_compiles(arch: str) -> None:
+    """Refuse, before any work, a CUDA arch this machine's nvcc cannot compile for: the
+    build failed at its end with TVM's empty "Compilation error:" (sm_70, V100's, is not
+    in nvcc 13)."""
+    known = nvcc_archs()
+    number = re.match(r"sm_(\d+)", arch)
+    if known and number and int(number.group(1)) not in known:
+        raise AutotuneError(
+            f"this machine's nvcc compiles for sm_{known[0]} to sm_{known[-1]} (`nvcc --list-gpu-arch`), not {arch}: "
+            "give an arch it has, or build where a CUDA toolkit that has it is installed"
+        )
+
+
 def compile_fatbin(source: str, arch: str, target) -> bytes:
     """CUDA C -> fatbin (SASS for ``arch``, PTX for later GPUs), with TVM's nvcc flags."""
     from tvm.support import nvcc
@@ -167,9 +218,11 @@ def compile_fatbin(source: str, arch: str, target) -> bytes:
             return bytes(nvcc.compile_cuda(source, target_format=BINARY_FORMAT, arch=gencode, compiler="nvcc"))
     except Exception as err:  # nvcc's own report: keep its first error line
         lines = [ln for ln in str(err).splitlines() if ln.strip()]
-        # nvcc's own "file(line): error: ..." first; TVM's "Compilation error:" heading says nothing
-        first = next((ln for ln in lines if ": error" in ln.lower()),
-                     next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else repr(err)))
+        # nvcc's own "file(line): error: ..." or "nvcc fatal : ..." first; TVM's
+        # "Compilation error:" heading says nothing (an arch nvcc lacks read so, and no more)
+        first = next((ln for ln in lines if ": error" in ln.lower() or "fatal" in ln.lower()),
+                     next((ln for ln in lines if "error" in ln.lower() and not ln.strip().lower().startswith("compilation error")),
+                          lines[-1] if lines else repr(err)))
         raise AutotuneError(f"nvcc could not compile the generated CUDA code for {arch}: {first.strip()[:300]}") from None
 
 
@@ -187,8 +240,6 @@ class DeviceBinaries:
             return None
 
         def pack(host_module, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
-            import os
-
             import tvm_ffi
 
             llvm_target = _host_llvm_target(host_module)
@@ -276,7 +327,6 @@ def embed_fatbins(host_module, arch: str, target) -> DeviceBinaries:
     Modules that already carry a binary (built where TVM's CUDA runtime loads) are left
     as they are; with no nvcc, so are those holding CUDA C, and ``info`` says so.
     """
-    import shutil
 
     try:
         blob = ImportsBlob.parse(pack_imports(host_module))
@@ -294,7 +344,7 @@ def embed_fatbins(host_module, arch: str, target) -> DeviceBinaries:
         formats.append(module.fmt)
         if module.fmt != SOURCE_FORMAT:
             continue
-        if shutil.which("nvcc") is None:  # keep the CUDA C: loadable where TVM has NVRTC
+        if find_nvcc() is None:  # keep the CUDA C: loadable where TVM has NVRTC
             info["note"] = "nvcc not found: the export carries CUDA C, compiled where it is loaded (TVM with NVRTC there)"
             continue
         source = module.code.decode("utf-8")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import shutil
 import subprocess
 from typing import Any
 
@@ -115,7 +114,9 @@ def _target(spec) -> dict[str, Any]:
 
 def _nvcc() -> str | None:
     """``nvcc``'s path and release, e.g. ``/usr/local/cuda/bin/nvcc (release 13.0)``."""
-    path = shutil.which("nvcc")
+    from autotune.device_code import find_nvcc
+
+    path = find_nvcc()
     if path is None:
         return None
     try:

@@ -105,7 +105,14 @@ def resolve_target(name: str | None = "auto") -> TargetSpec:
         # under the other's name: measure only for the host's own CPU (and never for
         # another architecture, whose code does not even link here).
         measurable = base.has_device and (kind == "cuda" or (arch == base.arch and not foreign))
-        return TargetSpec(kind, merged, arch, base.device_name, measurable)
+        spec = TargetSpec(kind, merged, arch, base.device_name, measurable)
+        try:  # TVM's own verdict on every key, now (an unknown one ended a compile in its traceback)
+            spec.tvm_target
+        except Exception as err:
+            from autotune.errors import first_line
+
+            raise AutotuneError(f"--target {name} is no target TVM takes: {first_line(err)}") from None
+        return spec
     raise AutotuneError(f"unknown target {name!r}: use auto, llvm, cuda, cuda:sm_XX or a JSON dict")
 
 
@@ -158,7 +165,8 @@ def cuda_spec(dev, arch: str | None, *, has_device: bool) -> TargetSpec:
             "thread_warp_size": int(dev.warp_size),
         }
     arch = arch or DEFAULT_CUDA_ARCH
-    if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+    # two digits at least: sm_5 passed, and TVM refused it seconds later ("The arch is not expected")
+    if not isinstance(arch, str) or not re.fullmatch(r"sm_[1-9]\d+[a-z]?", arch):
         raise AutotuneError(f"CUDA arch must look like sm_90 (or sm_90a), not {arch!r}")
     config = {"kind": "cuda", "arch": arch, "max_num_threads": limits["max_threads_per_block"], "registers_per_block": 65536, **limits}
     return TargetSpec("cuda", config, arch, name, has_device)

@@ -83,6 +83,33 @@ def test_built_for_a_gpu_not_here_it_takes_that_gpus_history(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["history_target"] == "cuda:sm_90:NVIDIA-H100" and summary["tuned_layers"] == 1
     assert summary["schedules"][layer.name]["schedule"] == "history"
+    # one measured config: thin evidence, counted and said (the H100's, imported, gave four such unsaid)
+    assert summary["thin_layers"] == 1 and summary["schedules"][layer.name]["measured_configs"] == 1
+    assert main(["compile", str(model), "--target", "cuda:sm_90", "--history", str(history), "-o", str(tmp_path / "m.so")]) == 0
+    assert "note: 1 of the layers from history had fewer than 4 configs measured" in capsys.readouterr().out
+
+
+def test_cuda_targets_are_refused_in_a_line_before_any_work(tmp_path, capsys):
+    """A JSON target with a key TVM does not know ended in its traceback; sm_5 passed the
+    first check and failed seconds later inside TVM; an arch this nvcc lacks (sm_70, the
+    V100's, left nvcc 13) failed at the end with TVM's empty "Compilation error:"."""
+    cases = [('{"kind": "cuda", "arch": "sm_86", "bogus": 1}', "is no target TVM takes: Unknown config option 'bogus'"),
+             ('{"kind": "llvm", "bogus": 1}', "is no target TVM takes"),
+             ('{"kind": "cuda", "arch": 86}', "CUDA arch must look like sm_90"),
+             ("cuda:sm_5", "CUDA arch must look like sm_90")]
+    if has_nvcc():
+        cases.append(("cuda:sm_70", "this machine's nvcc compiles for sm_"))
+    for target, words in cases:
+        assert main(["compile", "dqn", "--size", "36", "--target", target, "-o", str(tmp_path / "x.so")]) == 2, target
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], (target, err)
+    assert not (tmp_path / "x.so").exists()
+
+
+@pytest.mark.skipif(not has_nvcc() or has_gpu(), reason="needs nvcc and no GPU: the arch `cuda` means is said")
+def test_a_bare_cuda_target_with_no_gpu_says_the_arch_it_built_for(tmp_path, capsys):
+    assert main(["compile", "dqn", "--size", "36", "--target", "cuda", "-o", str(tmp_path / "c.so")]) == 0
+    assert "note: no GPU here to ask its arch: built for sm_90" in capsys.readouterr().out
 
 
 def test_a_module_takes_its_inputs_in_the_models_order(tmp_path, capsys):

@@ -133,11 +133,38 @@ def test_rpc_candidates_and_server_loads_carry_a_fatbin(cuda_mod, cuda_lib, tmp_
 
 def test_a_build_without_cuda_source_is_left_to_tvm(cuda_lib, monkeypatch):
     lib, target = cuda_lib
+    import autotune.device_code
+
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvcc: the CUDA C stays, and we say so
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(autotune.device_code, "CUDA_HOMES", ())  # nor where CUDA installs it
     binaries = embed_fatbins(lib.mod, ARCH, target.tvm_target)
     assert binaries.info["format"] == "cuda" and "nvcc not found" in binaries.info["note"]
     assert binaries.packer() is None
     assert binaries.blob == pack_imports(lib.mod)
+
+
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
+def test_nvcc_off_path_is_found_where_cuda_installs_it(cuda_lib, monkeypatch, tmp_path):
+    """An nvcc off PATH (in $CUDA_HOME/bin) left exports carrying CUDA C; it is found
+    there, and its folder goes on PATH for TVM, which calls it by name."""
+    import os
+    import shutil
+
+    import autotune.device_code
+    from autotune.device_code import find_nvcc
+
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    os.symlink(shutil.which("nvcc"), home / "bin" / "nvcc")
+    gcc = os.path.dirname(shutil.which("gcc") or shutil.which("cc") or "/usr/bin/cc")  # nvcc's host compiler
+    monkeypatch.setenv("PATH", gcc)
+    monkeypatch.setattr(autotune.device_code, "CUDA_HOMES", ())
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    assert find_nvcc() == str(home / "bin" / "nvcc")
+    lib, target = cuda_lib
+    assert embed_fatbins(lib.mod, ARCH, target.tvm_target).info["format"] != "cuda"  # compiled, not carried as C
 
 
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
