@@ -293,9 +293,11 @@ def to_relax(spec: ModelSpec):
 
     keep_interrupts_through_tvm()  # the first TVM work of every command
 
+    from autotune.frontend_gaps import refuse_frontend_gaps
     from autotune.recurrent import unroll_recurrent
 
     proto, _ = unroll_recurrent(spec.proto)  # TVM has no LSTM/GRU/RNN converter
+    refuse_frontend_gaps(proto, spec.source)  # nodes it would import, and compute otherwise
     supported = set(_get_convert_map()) | {"Constant", "If"}
     missing = sorted({n.op_type for n in proto.graph.node} - supported)
     if missing:

@@ -7,6 +7,8 @@ actually produced (its parameter and return shapes), not just on "no exception".
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -691,3 +693,37 @@ def test_a_quantized_model_of_an_older_opset_is_checked(tmp_path):
     api.compile(model, module, target="llvm")
     check = api.run(module, check=model, repeat=1)["check"]
     assert check["ok"] and check["max_abs_error"] < 1e-5, check
+
+
+def _resize_model(path, *, mode: str, scale: float, transform: str = "half_pixel", opset: int = 13, **attrs):
+    scales = numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "s")
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode, coordinate_transformation_mode=transform, **attrs)
+    graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 7, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, int(7 * scale), int(9 * scale)])], [scales])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def test_resizes_tvm_would_compute_otherwise_are_refused(tmp_path):
+    """A linear resize by 0.6 of 7 rows (4.2, floored to 4) came out at the sizes' ratio,
+    1.48 off ONNX's reference (nearest-neighbour ones and align_corners too), and an
+    antialiased one plainly resized, 0.64 off: all compiled and exported without a word.
+    Refused in a line naming the node; scales that divide compile and match."""
+    from autotune import api
+    from autotune.errors import AutotuneError
+
+    for path, words in (
+        (_resize_model(tmp_path / "lin.onnx", mode="linear", scale=0.6), "Resize 'y' (linear) scales axis 2 of 7 by 0.6"),
+        (_resize_model(tmp_path / "cubic.onnx", mode="cubic", scale=1.5, transform="pytorch_half_pixel"), "(cubic) scales axis 2"),
+        (_resize_model(tmp_path / "aa.onnx", mode="linear", scale=0.5, opset=18, antialias=1), "antialias=1"),
+        (_resize_model(tmp_path / "near.onnx", mode="nearest", scale=1.5, nearest_mode="ceil"), "(nearest) scales axis 2"),
+        (_resize_model(tmp_path / "corners.onnx", mode="linear", scale=0.6, transform="align_corners"), "(linear) scales"),
+    ):
+        with pytest.raises(AutotuneError, match=re.escape(words)):
+            api.layers(str(path))
+    for path in (_resize_model(tmp_path / "lin2.onnx", mode="linear", scale=2.0),
+                 _resize_model(tmp_path / "near2.onnx", mode="nearest", scale=2.0, nearest_mode="floor"),
+                 _resize_model(tmp_path / "corners2.onnx", mode="linear", scale=2.0, transform="align_corners")):
+        module = path.with_suffix(".so")
+        api.compile(str(path), module, target="llvm")
+        assert api.run(module, check=str(path), repeat=1)["check"]["ok"], path.name
