@@ -313,8 +313,11 @@ def run(
             raise AutotuneError(_reference_failure(check, err)) from None
         errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
         matched = [outputs_match(g, w, rtol=rtol, atol=atol, widen=widen) for g, w in zip(outputs, want)]
+        names = list(meta.get("outputs") or []) or [f"output_{i}" for i in range(len(outputs))]
         result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None,
                            "ok": len(want) == len(outputs) and all(matched),
+                           # which output is off (one figure for five outputs left a user to find it)
+                           "outputs": [{"name": n, "max_abs_error": e, "matched": m} for n, e, m in zip(names, errs, matched)],
                            "tolerance": {"rtol": widened_rtol(rtol, *want) if widen else rtol, "atol": atol,
                                          "widened_for_half_precision": widen and any(map(is_half, want))}}
         if len(want) == len(outputs) and not all(matched) and any(map(is_half, want)) and widen:

@@ -342,6 +342,9 @@ def cmd_run(args) -> int:
             tol = c["tolerance"]
             print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g}; "
                   f"rtol {tol['rtol']:g}, atol {tol['atol']:g}{', widened for half precision' if tol['widened_for_half_precision'] else ''})")
+            off = [o for o in c.get("outputs", []) if not o["matched"]]
+            if not c["ok"] and off and len(c.get("outputs", [])) > 1:
+                print("  outputs off: " + ", ".join(f"{o['name']} ({o['max_abs_error']:.3g})" for o in off))
             if "float32" in c:
                 f = c["float32"]
                 print(f"  half precision, against the model in float32: ours {f['max_abs_error']:.3g} off, the reference "

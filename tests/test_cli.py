@@ -1008,6 +1008,28 @@ def test_info_says_when_history_cannot_be_read(capsys, env):
     assert hist["exists"] is False and hist["error"].endswith("notdb.db is not a directory")
 
 
+def test_a_mismatch_names_the_outputs_that_are_off(capsys, env):
+    """One figure for a five-output model left a user to find the wrong outputs by hand."""
+    def model(path, scale):
+        w = numpy_helper.from_array(np.full((4, 4), scale, np.float32), "w")
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["prod"]), helper.make_node("Relu", ["x"], ["rect"])], "two",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4]) for n in ("prod", "rect")], [w])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), env / path)
+
+    model("two.onnx", 1.0)
+    model("other.onnx", 2.0)  # its product differs, its relu does not
+    assert main(["compile", "two.onnx", "--target", "llvm", "-o", "two.so"]) == 0
+    capsys.readouterr()
+    assert main(["run", "two.so", "--check", "other.onnx", "--repeat", "1", "--json"]) == 1
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert [(o["name"], o["matched"]) for o in check["outputs"]] == [("prod", False), ("rect", True)]
+    assert check["outputs"][1]["max_abs_error"] == 0.0
+    assert main(["run", "two.so", "--check", "other.onnx", "--repeat", "1"]) == 1
+    assert "  outputs off: prod (" in capsys.readouterr().out
+
+
 def test_run_refuses_inputs_past_the_modules_float_range(capsys, env, dyn_model):
     """Values a float16 module cannot hold: numpy warned of an overflow in its cast, then
     the check read NaN and said MISMATCH."""
