@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import math
 import os
 import re
 import sys
@@ -78,6 +79,8 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             raise AutotuneError(
                 f"bad --input-shape {item!r}: expected NAME=DxDx..., e.g. input=1x3x224x224"
             ) from None
+        if name in shapes and shapes[name] != shape:  # the last one given won, unsaid
+            raise AutotuneError(f"--input-shape {name} given twice, as {'x'.join(map(str, shapes[name]))} and {dims}")
         shapes[name] = shape
     return shapes
 
@@ -178,6 +181,10 @@ def _shape_text(dims) -> str:
     return "x".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims)
 
 
+#: The most elements one input may have: TVM indexes a loop's extent in 32 bits.
+MAX_INPUT_ELEMENTS = 2**31 - 1
+
+
 def _pin_shapes(
     proto, name: str, source: str, overrides: dict[str, tuple[int, ...]], *, fold_batch_norm: bool = False
 ) -> ModelSpec:
@@ -199,6 +206,14 @@ def _pin_shapes(
             if declared and len(declared) != len(overrides[inp.name]):
                 raise InputShapeError(
                     f"--input-shape {inp.name} has rank {len(overrides[inp.name])}, the model's input has rank {len(declared)}"
+                )
+            elements = math.prod(overrides[inp.name])
+            if elements > MAX_INPUT_ELEMENTS:
+                # TVM's schedules split the loops of such a tensor wrongly: tune stopped in a
+                # ScheduleError traceback, after `layers` had reported 23 million GFLOP
+                raise InputShapeError(
+                    f"--input-shape {inp.name} has {elements:.3g} elements, past the {MAX_INPUT_ELEMENTS:,} "
+                    "one tensor may hold here"
                 )
             shapes[inp.name] = overrides[inp.name]
             continue

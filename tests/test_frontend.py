@@ -90,8 +90,22 @@ def test_parse_input_shapes_good():
     assert parse_input_shapes(["a=2X3", "b=4,5,6"]) == {"a": (2, 3), "b": (4, 5, 6)}
     # a name may itself contain '=': the last '=' separates the dims
     assert parse_input_shapes(["x=y=7"]) == {"x=y": (7,)}
-    # repeated name: the last one wins
-    assert parse_input_shapes(["a=1", "a=2x2"]) == {"a": (2, 2)}
+    # a name given twice: the same shape is fine; another was taken silently (the last won)
+    assert parse_input_shapes(["a=2x2", "a=2x2"]) == {"a": (2, 2)}
+    with pytest.raises(AutotuneError, match="--input-shape a given twice, as 1 and 2x2"):
+        parse_input_shapes(["a=1", "a=2x2"])
+
+
+def test_an_input_past_what_one_tensor_holds_is_refused(tmp_path):
+    """99999999999x3x32x32 was taken; `layers` reported 23 million GFLOP and `tune`
+    stopped in TVM's ScheduleError traceback."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "r",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "r.onnx")
+    with pytest.raises(AutotuneError, match="--input-shape x has 3e\\+11 elements, past the 2,147,483,647"):
+        load_model(str(tmp_path / "r.onnx"), input_shapes={"x": (10**11, 3)})
+    assert load_model(str(tmp_path / "r.onnx"), input_shapes={"x": (4, 3)}).input_shapes == {"x": (4, 3)}
 
 
 @pytest.mark.parametrize(
