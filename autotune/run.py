@@ -41,8 +41,9 @@ def seeded_inputs(meta: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
         shape = [int(d) for d in info["shape"]]
         if dtype.kind == "f" or dtype.name == "bfloat16":
             out[name] = rng.standard_normal(shape).astype(dtype)
-        else:
-            out[name] = rng.integers(0, min(2, _index_limit(info) or 2), size=shape).astype(dtype)
+        else:  # an index over its whole table where the module knows its length (rows 0 and 1 alone
+            # of a 50-row embedding were checked), else 0 and 1: masks and flags
+            out[name] = rng.integers(0, _index_limit(info) or 2, size=shape).astype(dtype)
     return out
 
 

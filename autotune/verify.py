@@ -52,7 +52,9 @@ def random_args(func, seed: int = 0) -> list[np.ndarray]:
         dtype = str(ty.dtype)
         if dtype.startswith("float") or dtype == "bfloat16":
             arrays.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
-        else:  # indices and masks: zeros are always in range
+        elif dtype == "bool":  # both branches of a Where (all False took one, and a wrong schedule of the other passed)
+            arrays.append(rng.integers(0, 2, size=shape).astype(bool))
+        else:  # indices: zeros are always in range
             arrays.append(np.zeros(shape, dtype=dtype))
     return arrays
 

@@ -1069,6 +1069,12 @@ def test_run_refuses_token_ids_outside_the_table_they_index(capsys, env):
         np.savez(env / "bad.npz", ids=np.where(ids == 5, bad, ids))
         _user_error(capsys, ["run", "emb.so", "--inputs", "bad.npz"],
                     contains=(f"input ids holds {shown}", "table of 10", "[-10, 10)"))
+    # seeded ids cover the table (rows 0 and 1 alone were checked), and the check holds
+    from autotune.run import load_metadata, seeded_inputs
+
+    seeded = seeded_inputs(load_metadata(env / "emb.so"), seed=3)["ids"]
+    assert seeded.min() >= 0 and seeded.max() < 10 and len(np.unique(seeded)) > 2
+    assert main(["run", "emb.so", "--check", "emb.onnx", "--seed", "3", "--repeat", "1"]) == 0
 
 
 def test_an_id_that_reaches_a_gather_through_other_ops_is_clamped_not_read_past_the_table(env):

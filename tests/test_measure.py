@@ -284,3 +284,17 @@ def test_a_cuda_workers_device_compiles_are_timed_and_a_source_compiled_before_i
         assert compile_('extern "C" __global__ void k() {}\n', "sm_80")[1] == 0
     finally:
         build_worker.wrap_device_compiles.cache_clear()
+
+
+def test_a_winners_check_feeds_both_values_of_a_flag():
+    """All-False flags took one branch of a Where, and a wrong schedule of the other
+    passed the winner's check."""
+    from tvm import te
+
+    from autotune.verify import random_args
+
+    flag = te.placeholder((64,), "bool", name="flag")
+    x = te.placeholder((64,), "float32", name="x")
+    y = te.compute((64,), lambda i: te.if_then_else(flag[i], x[i], 0.0), name="y")
+    flags = random_args(te.create_prim_func([flag, x, y]))[0]
+    assert flags.dtype == bool and flags.any() and not flags.all()
