@@ -256,6 +256,8 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     caption = f"model latency: {_fmt_model_latency(before)} -> {_fmt_model_latency(after)}"
     if before and after:
         caption += f"  ({before / after:.2f}x)"
+        if report.get("model_layers_changed") == 0:  # 0.48x read as a slowdown, of the same module
+            caption += " no layer's schedule changed: timing noise"
     errors = report.get("model_latency_errors")
     if isinstance(errors, Mapping) and errors:
         caption += f"  (not measured: {next(iter(errors.values()))})"

@@ -365,6 +365,8 @@ class TuneSession:
         leaves ``None`` there and its reason under ``model_latency_errors[key]``."""
         try:
             report[key] = self.model_latency(mod, layers, use_history=use_history)
+            if use_history:  # how many layers the timed module runs other than TVM's defaults
+                report["model_layers_changed"] = self._layers_changed
         except Exception as err:
             lines = str(err).strip().splitlines()
             reason = (lines[-1] if lines else type(err).__name__)[:300]
@@ -384,7 +386,8 @@ class TuneSession:
 
         work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
         if use_history:
-            work, _ = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
+            work, applied = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
+            self._layers_changed = applied.tuned + applied.other_batch
         ex = compiler.build(work, self.target)
         with self._remote() as remote:
             dev = self.target.device() if remote is None else remote.device()

@@ -123,6 +123,14 @@ def test_format_table_lists_each_layer() -> None:
     assert "8 twin programs answered unmeasured" in " ".join(text.split())  # 3 not built + 5 not timed
 
 
+def test_format_table_says_when_the_two_model_timings_are_of_one_module() -> None:
+    """No layer's schedule changed, and the caption read 0.48x, as a slowdown."""
+    report = dict(make_report(), model_latency_before=1.0e-3, model_latency_after=2.1e-3)
+    assert "timing noise" not in format_table(report)
+    assert "(0.48x) no layer's schedule changed: timing noise" in format_table(dict(report, model_layers_changed=0))
+    assert "timing noise" not in format_table(dict(report, model_layers_changed=3))
+
+
 def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
     report = make_report()
     conv, dense = report["layers"]
