@@ -216,8 +216,7 @@ def compile(
     finally:
         if store is not None:
             store.close()
-    if spec.kind == "cuda" and not spec.has_device and isinstance(target, str) and target.strip() in ("cuda", "cuda:", "auto"):
-        # `--target cuda` with no GPU to ask meant sm_90 unsaid: an A100 would not load it
+    if spec.arch_assumed:  # `--target cuda` with no GPU to ask meant sm_90 unsaid: an A100 would not load it
         summary["target_note"] = (f"no GPU here to ask its arch: built for {spec.arch} and later GPUs "
                                   "(`--target cuda:sm_XX` builds for another)")
     return summary
@@ -253,7 +252,7 @@ def run(
     """
     from autotune.frontend import InputShapeError, is_zoo_name, load_model
     from autotune.half_precision import HALF_TYPES, is_half
-    from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, run_module, seeded_inputs
+    from autotune.run import check_inputs, load_inputs, load_metadata, onnx_reference, output_names, run_module, seeded_inputs
     from autotune.verify import max_abs_error, outputs_match, widened_rtol
 
     check_count(seed, "seed", zero_ok=True)
@@ -313,7 +312,7 @@ def run(
             raise AutotuneError(_reference_failure(check, err)) from None
         errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
         matched = [outputs_match(g, w, rtol=rtol, atol=atol, widen=widen) for g, w in zip(outputs, want)]
-        names = list(meta.get("outputs") or []) or [f"output_{i}" for i in range(len(outputs))]
+        names = output_names(meta, len(outputs))
         result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None,
                            "ok": len(want) == len(outputs) and all(matched),
                            # which output is off (one figure for five outputs left a user to find it)

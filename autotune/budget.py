@@ -59,6 +59,11 @@ PRIOR_WEIGHT = 2.0
 OWN_CHUNKS = 3
 
 
+#: Trials at least for every tuned layer (``--min-trials``), and the measured configs
+#: from which a winner is reused as it is (tune) or counted as more than thin (compile).
+DEFAULT_MIN_TRIALS = 4
+
+
 def split_budget(weights: list[float], budget: int, min_trials: int) -> list[int]:
     """Trials per layer in proportion to estimated time, at least ``min_trials`` each for
     the layers that get any; when the budget cannot cover everyone, the heaviest win."""

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from autotune.budget import BUDGET_SPLITS
+from autotune.budget import BUDGET_SPLITS, DEFAULT_MIN_TRIALS
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.half_precision import ZOO_DTYPES
 
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=64, help="measured trials for the whole model (default 64)")
     p.add_argument("--tuner", default="auto", help="auto (by history match), random, xgb, tl_xgb, ga, gga")
     p.add_argument("--batch", type=int, default=8, help="configs built and measured per round (default 8)")
-    p.add_argument("--min-trials", type=int, default=4, help="trials at least for every tuned layer (default 4)")
+    p.add_argument("--min-trials", type=int, default=DEFAULT_MIN_TRIALS,
+                   help=f"trials at least for every tuned layer (default {DEFAULT_MIN_TRIALS})")
     p.add_argument(
         "--budget-split", choices=BUDGET_SPLITS, default="adaptive",
         help="how trials are spread over layers: adaptive (chunk by chunk, to the layer expected to save the most "

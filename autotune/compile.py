@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.budget import DEFAULT_MIN_TRIALS
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.target import TargetSpec, other_architecture
@@ -25,9 +26,9 @@ from autotune.history.models import BASELINE_SPACE_PREFIX
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
 #: Measured configs below which a layer's winner is thin evidence: tune's own ``min_trials``
 #: default, under which it does not reuse a winner either. The H100's history, imported,
-#: gave ResNet-18 four winners of one measurement each, slower by their latencies than the
-#: defaults they replaced, and compile said nothing of it.
-THIN_HISTORY = 4
+#: gave ResNet-18 four winners of one measurement each (one 13 GFLOP/s), and compile said
+#: nothing of it.
+THIN_HISTORY = DEFAULT_MIN_TRIALS
 #: A layer's schedule when it is the winner of the same layer at another batch size.
 OTHER_BATCH = "history (other batch)"
 
@@ -50,8 +51,10 @@ class Applied:
 
     @property
     def thin(self) -> int:
-        """Layers given a winner of fewer than :data:`THIN_HISTORY` measured configs."""
-        return sum(1 for v in self.layers.values() if v["schedule"] == "history" and v.get("measured_configs", THIN_HISTORY) < THIN_HISTORY)
+        """Layers given a winner, their own or another batch size's, of fewer than
+        :data:`THIN_HISTORY` measured configs."""
+        return sum(1 for v in self.layers.values() if v.get("measured_configs", THIN_HISTORY) < THIN_HISTORY
+                   and v["schedule"] in ("history", OTHER_BATCH))
 
     @property
     def other_batch(self) -> int:
@@ -126,7 +129,8 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
             func = _mapped(space(), other)
             if func is not None:
                 mod.update_func(mod.get_global_var(layer.name), func)
-                entry.update(found, schedule=OTHER_BATCH)
+                entry.update(found, schedule=OTHER_BATCH,
+                             measured_configs=store.count_measured(other.workload_key, key, space_id=other.space_id))
                 break
         else:
             if others:

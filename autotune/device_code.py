@@ -167,16 +167,21 @@ CUDA_HOMES = ("/usr/local/cuda",)
 
 def find_nvcc() -> str | None:
     """``nvcc``'s path: on PATH, else where CUDA installs it (``$CUDA_HOME``,
-    ``$CUDA_PATH``, ``/usr/local/cuda``), whose folder then goes on PATH for TVM, which
-    calls it by name (an nvcc off PATH left exports carrying CUDA C)."""
+    ``$CUDA_PATH``, ``/usr/local/cuda``); an nvcc off PATH left exports carrying CUDA C."""
     found = shutil.which("nvcc")
     if found:
         return found
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *CUDA_HOMES):
         if home and os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
-            os.environ["PATH"] = os.path.join(home, "bin") + os.pathsep + os.environ.get("PATH", "")
-            return shutil.which("nvcc")
+            return os.path.join(home, "bin", "nvcc")
     return None
+
+
+def _nvcc_on_path() -> None:
+    """TVM calls ``nvcc`` by name: one found off PATH has its folder put on it."""
+    path = find_nvcc()
+    if path is not None and shutil.which("nvcc") is None:
+        os.environ["PATH"] = os.path.dirname(path) + os.pathsep + os.environ.get("PATH", "")
 
 
 @lru_cache(maxsize=1)
@@ -202,7 +207,7 @@ def check_arch_compiles(arch: str) -> None:
     number = re.match(r"sm_(\d+)", arch)
     if known and number and int(number.group(1)) not in known:
         raise AutotuneError(
-            f"this machine's nvcc compiles for sm_{known[0]} to sm_{known[-1]} (`nvcc --list-gpu-arch`), not {arch}: "
+            f"this machine's nvcc compiles for {', '.join(f'sm_{k}' for k in known)} (`nvcc --list-gpu-arch`), not {arch}: "
             "give an arch it has, or build where a CUDA toolkit that has it is installed"
         )
 
@@ -211,6 +216,7 @@ def compile_fatbin(source: str, arch: str, target) -> bytes:
     """CUDA C -> fatbin (SASS for ``arch``, PTX for later GPUs), with TVM's nvcc flags."""
     from tvm.support import nvcc
 
+    _nvcc_on_path()
     number = arch.removeprefix("sm_")
     gencode = ["-gencode", f"arch=compute_{number},code=sm_{number}", "-gencode", f"arch=compute_{number},code=compute_{number}"]
     try:

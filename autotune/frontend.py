@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import math
 import os
 import re
 import sys
@@ -80,7 +79,8 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
                 f"bad --input-shape {item!r}: expected NAME=DxDx..., e.g. input=1x3x224x224"
             ) from None
         if name in shapes and shapes[name] != shape:  # the last one given won, unsaid
-            raise AutotuneError(f"--input-shape {name} given twice, as {'x'.join(map(str, shapes[name]))} and {dims}")
+            raise AutotuneError(f"--input-shape {name} given twice, as {'x'.join(map(str, shapes[name]))} and "
+                                f"{'x'.join(map(str, shape))}")
         shapes[name] = shape
     return shapes
 
@@ -181,8 +181,9 @@ def _shape_text(dims) -> str:
     return "x".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims)
 
 
-#: The most elements one input may have: TVM indexes a loop's extent in 32 bits.
-MAX_INPUT_ELEMENTS = 2**31 - 1
+#: The largest dimension an input may have: TVM's loop extents are 32-bit (2^31 + 10
+#: "cannot tile a loop with 0 or negative extent"; 2^31 - 100 builds).
+MAX_DIMENSION = 2**31 - 1
 
 
 def _pin_shapes(
@@ -207,14 +208,6 @@ def _pin_shapes(
                 raise InputShapeError(
                     f"--input-shape {inp.name} has rank {len(overrides[inp.name])}, the model's input has rank {len(declared)}"
                 )
-            elements = math.prod(overrides[inp.name])
-            if elements > MAX_INPUT_ELEMENTS:
-                # TVM's schedules split the loops of such a tensor wrongly: tune stopped in a
-                # ScheduleError traceback, after `layers` had reported 23 million GFLOP
-                raise InputShapeError(
-                    f"--input-shape {inp.name} has {elements:.3g} elements, past the {MAX_INPUT_ELEMENTS:,} "
-                    "one tensor may hold here"
-                )
             shapes[inp.name] = overrides[inp.name]
             continue
         dims = []
@@ -226,6 +219,12 @@ def _pin_shapes(
                     f"input {inp.name!r} has a dynamic shape ({_shape_text(ttype.shape.dim)}); fix it with --input-shape {inp.name}=..."
                 )
         shapes[inp.name] = tuple(dims)
+    for inp_name, shape in shapes.items():
+        if max(shape, default=0) > MAX_DIMENSION:
+            # a loop's extent past 32 bits wraps negative in TVM's schedules: tune stopped in
+            # a ScheduleError traceback, after `layers` had reported 23 million GFLOP
+            raise InputShapeError(f"input {inp_name} has a dimension of {max(shape):,}, past the {MAX_DIMENSION:,} "
+                                  "a loop may run here")
 
     if overrides or _computes_shapes(proto):
         proto = _simplify(proto, shapes)

@@ -1,17 +1,22 @@
 """ONNX nodes TVM 0.27's frontend imports without error but computes otherwise than ONNX
 says: refused before import, in one line naming the node, instead of a module that gives
 wrong outputs and says nothing (only ``run --check`` caught them, in a user's trial).
+TVM has one ``Resize`` converter (opset 18's); what it gets wrong:
 
-- ``Resize`` with ``antialias=1`` (opset 18): the frontend ignores the attribute and
-  resizes plainly (0.64 off the reference on a linear downscale by 0.5).
-- A ``Resize`` given ``scales`` whose output size is no whole multiple of the input
-  (7 x 0.6 = 4.2 rows, floored to 4): the frontend samples at the sizes' ratio (4 / 7)
-  where ONNX uses the scale itself (0.6). Of 26 such resizes of a 7 x 9 input measured
-  (scales 1.5 and 0.6; nearest with each of three rounding modes under half_pixel,
-  pytorch_half_pixel, asymmetric and align_corners; linear under align_corners), 23 came
-  out 1.0 to 4.2 off ONNX's reference evaluator, and the trial's linear half_pixel one
-  1.48; every one with scale 2.0 matched exactly. With ``sizes`` given, ONNX's scale is
-  that ratio too, so those pass.
+- ``antialias=1``: ignored, a plain resize (0.64 off the reference on a linear
+  downscale by 0.5).
+- ``keep_aspect_ratio_policy`` other than ``stretch`` with ``sizes``: ignored, the sizes
+  taken as they are (ONNX's output 7 x 9, TVM's 14 x 14).
+- ``axes``: not read (the scales or sizes of a subset of axes: "index out of bounds").
+- ``scales`` that give no whole output size (7 x 0.6 = 4.2 rows, floored to 4): TVM
+  samples at the sizes' ratio (4 / 7) where ONNX uses the scale itself (0.6). Of 26 such
+  resizes of a 7 x 9 input measured (scales 1.5 and 0.6; nearest with each of three
+  rounding modes under half_pixel, pytorch_half_pixel, asymmetric and align_corners;
+  linear under align_corners), 23 came out 1.0 to 4.2 off ONNX's reference evaluator,
+  and the trial's linear half_pixel one 1.48; every one with scale 2.0 matched exactly.
+  With ``sizes`` given, ONNX's scale is that ratio too, so those pass.
+- opset 10's ``Resize(X, scales)``: its scales read as opset 11's ``roi`` (even a scale
+  of 2.0 failed in the converter, in a line that named no cause).
 """
 
 from __future__ import annotations
@@ -20,61 +25,63 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 
+#: How far a scaled size may lie from a whole number and count as one: scales are
+#: float32, and 640 x float32(1.2) is 768.00003.
+_WHOLE = 1e-5
+
 
 def refuse_frontend_gaps(proto, source: str) -> None:
     """Raise for the first node of ``proto`` (static input shapes) listed above."""
     resizes = [n for n in proto.graph.node if n.op_type == "Resize" and n.domain in ("", "ai.onnx")]
     if not resizes:
         return
-    constants = _constants(proto)
-    shapes = _shapes(proto)
+    from autotune.recurrent import _static_shapes
+
+    shapes = _static_shapes(proto)
     for node in resizes:
         attrs = {a.name: a for a in node.attribute}
-        name = node.name or node.output[0]
+        where = f"{source}: Resize {node.name or node.output[0]!r}"
+        if len(node.input) == 2:
+            raise AutotuneError(f"{where} is opset 10's (X, scales), which TVM's ONNX frontend reads as opset 11's "
+                                "(X, roi): export the model at opset 11 or later")
         if "antialias" in attrs and attrs["antialias"].i:
-            raise AutotuneError(f"{source}: Resize {name!r} has antialias=1, which TVM's ONNX frontend ignores "
-                                "(it would resize without antialiasing)")
-        mode = attrs["mode"].s.decode() if "mode" in attrs else "nearest"
-        scales = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        if len(node.input) == 2:  # opset 10: (X, scales)
-            scales = constants.get(node.input[1])
+            raise AutotuneError(f"{where} has antialias=1, which TVM's ONNX frontend ignores (it would resize without antialiasing)")
+        if "axes" in attrs:
+            raise AutotuneError(f"{where} has axes, which TVM's ONNX frontend does not read: give scales or sizes for every axis")
+        sizes_given = len(node.input) > 3 and bool(node.input[3])
+        policy = attrs["keep_aspect_ratio_policy"].s.decode() if "keep_aspect_ratio_policy" in attrs else "stretch"
+        if sizes_given and policy != "stretch":
+            raise AutotuneError(f"{where} has keep_aspect_ratio_policy={policy}, which TVM's ONNX frontend ignores "
+                                "(it would take the sizes as they are)")
+        scales = _constant(proto, node.input[2]) if len(node.input) > 2 and node.input[2] else None
         shape = shapes.get(node.input[0])
-        if scales is None or shape is None or len(scales) == 0 or len(scales) != len(shape):
+        if scales is None or shape is None or len(scales) != len(shape):
             continue
+        mode = attrs["mode"].s.decode() if "mode" in attrs else "nearest"
         for axis, (size, scale) in enumerate(zip(shape, scales)):
             exact = size * float(scale)
-            if abs(exact - round(exact)) > 1e-6:
+            if abs(exact - round(exact)) > _WHOLE * max(1.0, exact):
                 raise AutotuneError(
-                    f"{source}: Resize {name!r} ({mode}) scales axis {axis} of {size} by {float(scale):g}, which is no whole "
-                    f"size ({exact:g}); TVM's ONNX frontend would interpolate at the sizes' ratio instead of that scale "
+                    f"{where} ({mode}) scales axis {axis} of {size} by {float(scale):g}, which is no whole size "
+                    f"({exact:g}); TVM's ONNX frontend would sample at the sizes' ratio instead of that scale "
                     "(give the output size as `sizes`, or a scale that divides)"
                 )
 
 
-def _constants(proto) -> dict[str, Any]:
-    """Initializers and ``Constant`` nodes' values, by name, as numpy arrays."""
+def _constant(proto, name: str) -> Any:
+    """The value of ``name`` where it is an initializer or a ``Constant`` node's output (as
+    a flat numpy array), else None."""
+    import numpy as np
     from onnx import numpy_helper
 
-    found = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    for init in proto.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init).reshape(-1)
     for node in proto.graph.node:
-        if node.op_type == "Constant" and node.output:
+        if node.op_type == "Constant" and node.output and node.output[0] == name:
             for attr in node.attribute:
                 if attr.name == "value":
-                    found[node.output[0]] = numpy_helper.to_array(attr.t)
-    return {k: v.reshape(-1) for k, v in found.items()}
-
-
-def _shapes(proto) -> dict[str, list[int]]:
-    """Every value's static shape ONNX's shape inference knows."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto)
-    except Exception:  # a model shape inference cannot follow: nothing is checked
-        return {}
-    shapes = {}
-    for info in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
-        dims = info.type.tensor_type.shape.dim
-        if dims and all(d.HasField("dim_value") for d in dims):
-            shapes[info.name] = [d.dim_value for d in dims]
-    return shapes
+                    return numpy_helper.to_array(attr.t).reshape(-1)
+                if attr.name == "value_floats":
+                    return np.asarray(list(attr.floats), np.float32)
+    return None

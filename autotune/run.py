@@ -133,6 +133,15 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
     return out
 
 
+def output_names(meta: dict[str, Any], count: int) -> list[str]:
+    """The module's outputs as the model names them, where the description names each
+    once; else ``output_0``, ``output_1``..."""
+    names = list(meta.get("outputs") or [])
+    if len(names) != count or len(set(names)) != len(names):
+        names = [f"output_{i}" for i in range(count)]
+    return names
+
+
 def save_outputs(path: str | os.PathLike, outputs: list[np.ndarray], meta: dict[str, Any]) -> Path:
     """The outputs as an ``.npz``, named as the model names them (``output_0``... where the
     module does not say); written whole or not at all. bfloat16 outputs are written as
@@ -141,9 +150,7 @@ def save_outputs(path: str | os.PathLike, outputs: list[np.ndarray], meta: dict[
     from autotune.compile import check_output_path, write_atomically
 
     out = check_output_path(path)
-    names = list(meta.get("outputs") or [])
-    if len(names) != len(outputs) or len(set(names)) != len(names):
-        names = [f"output_{i}" for i in range(len(outputs))]
+    names = output_names(meta, len(outputs))
     # np.savez adds ".npz" to a name without it: the temporary name keeps it
     arrays = [a.astype(np.float32) if a.dtype.name == "bfloat16" else a for a in outputs]
     return write_atomically(out, lambda tmp: np.savez(tmp, **dict(zip(names, arrays))), suffix=".tmp.npz")

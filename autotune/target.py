@@ -30,6 +30,8 @@ class TargetSpec:
     arch: str
     device_name: str
     has_device: bool  # can we run kernels for it here?
+    #: a CUDA arch taken by default, with no GPU to ask and none named (said where it is built)
+    arch_assumed: bool = False
 
     @property
     def tvm_target(self):
@@ -105,7 +107,7 @@ def resolve_target(name: str | None = "auto") -> TargetSpec:
         # under the other's name: measure only for the host's own CPU (and never for
         # another architecture, whose code does not even link here).
         measurable = base.has_device and (kind == "cuda" or (arch == base.arch and not foreign))
-        spec = TargetSpec(kind, merged, arch, base.device_name, measurable)
+        spec = TargetSpec(kind, merged, arch, base.device_name, measurable, arch_assumed=kind == "cuda" and base.arch_assumed)
         try:  # TVM's own verdict on every key, now (an unknown one ended a compile in its traceback)
             spec.tvm_target
         except Exception as err:
@@ -164,12 +166,13 @@ def cuda_spec(dev, arch: str | None, *, has_device: bool) -> TargetSpec:
             "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
             "thread_warp_size": int(dev.warp_size),
         }
+    assumed = not arch
     arch = arch or DEFAULT_CUDA_ARCH
     # two digits at least: sm_5 passed, and TVM refused it seconds later ("The arch is not expected")
     if not isinstance(arch, str) or not re.fullmatch(r"sm_[1-9]\d+[a-z]?", arch):
         raise AutotuneError(f"CUDA arch must look like sm_90 (or sm_90a), not {arch!r}")
     config = {"kind": "cuda", "arch": arch, "max_num_threads": limits["max_threads_per_block"], "registers_per_block": 65536, **limits}
-    return TargetSpec("cuda", config, arch, name, has_device)
+    return TargetSpec("cuda", config, arch, name, has_device, arch_assumed=assumed)
 
 
 #: Float32 lanes of a CPU's widest vector unit, by the first LLVM feature it has.

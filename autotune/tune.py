@@ -15,7 +15,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.budget import BUDGET_SPLITS, LayerProgress, estimate_seconds, make_schedule, roofline_seconds
+from autotune.budget import BUDGET_SPLITS, DEFAULT_MIN_TRIALS, LayerProgress, estimate_seconds, make_schedule, roofline_seconds
 from autotune.errors import INT64_MAX, AutotuneError, OptionError, check_choice, check_count, check_flag, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
@@ -37,7 +37,7 @@ class TuneOptions:
     tuner: str = "auto"
     batch: int = 8
     seed: int = 0
-    min_trials: int = 4
+    min_trials: int = DEFAULT_MIN_TRIALS
     max_layers: int | None = None
     verify: bool = True
     model_latency: bool = True
@@ -364,9 +364,9 @@ class TuneSession:
         """``report[key]`` = the model's latency; a failure must not lose the tune, so it
         leaves ``None`` there and its reason under ``model_latency_errors[key]``."""
         try:
-            report[key] = self.model_latency(mod, layers, use_history=use_history)
+            report[key], changed = self._model_latency(mod, layers, use_history=use_history)
             if use_history:  # how many layers the timed module runs other than TVM's defaults
-                report["model_layers_changed"] = self._layers_changed
+                report["model_layers_changed"] = changed
         except Exception as err:
             lines = str(err).strip().splitlines()
             reason = (lines[-1] if lines else type(err).__name__)[:300]
@@ -374,9 +374,9 @@ class TuneSession:
             report.setdefault("model_latency_errors", {})[key] = reason
             self.reporter.message(f"model latency not measured: {reason}")
 
-    def model_latency(self, mod, layers, *, use_history: bool) -> float:
+    def _model_latency(self, mod, layers, *, use_history: bool) -> tuple[float, int]:
         """Whole-model latency on the device (the ``--rpc`` server's, if given), default
-        schedules or history's best."""
+        schedules or history's best; and how many layers history changed in the module timed."""
         import numpy as np
         import tvm
         from tvm import relax
@@ -385,9 +385,10 @@ class TuneSession:
         from autotune.run import seeded_inputs
 
         work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+        changed = 0
         if use_history:
             work, applied = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
-            self._layers_changed = applied.tuned + applied.other_batch
+            changed = applied.tuned + applied.other_batch
         ex = compiler.build(work, self.target)
         with self._remote() as remote:
             dev = self.target.device() if remote is None else remote.device()
@@ -395,12 +396,12 @@ class TuneSession:
             args = [tvm.runtime.tensor(a, dev) for a in seeded_inputs({"inputs": self._inputs}).values()]
             if remote is None:
                 timer = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=50)
-                return float(np.median(timer(*args).results))
+                return float(np.median(timer(*args).results)), changed
             # Over RPC the stateful form: inputs set once, and nothing (a tuple, say)
             # returned across the connection per call.
             vm.set_input("main", *args)
             timer = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=3, min_repeat_ms=50)
-            return float(np.median(timer("main").results))
+            return float(np.median(timer("main").results)), changed
 
     # --- one layer ---------------------------------------------------------------------
     def _layer_outcome(self, layer, m, decision) -> dict[str, Any]:

@@ -108,8 +108,11 @@ def test_cuda_targets_are_refused_in_a_line_before_any_work(tmp_path, capsys):
 
 @pytest.mark.skipif(not has_nvcc() or has_gpu(), reason="needs nvcc and no GPU: the arch `cuda` means is said")
 def test_a_bare_cuda_target_with_no_gpu_says_the_arch_it_built_for(tmp_path, capsys):
-    assert main(["compile", "dqn", "--size", "36", "--target", "cuda", "-o", str(tmp_path / "c.so")]) == 0
-    assert "note: no GPU here to ask its arch: built for sm_90" in capsys.readouterr().out
+    for target in ("cuda", '{"kind": "cuda"}'):
+        assert main(["compile", "dqn", "--size", "36", "--target", target, "-o", str(tmp_path / "c.so")]) == 0
+        assert "note: no GPU here to ask its arch: built for sm_90" in capsys.readouterr().out
+    assert main(["compile", "dqn", "--size", "36", "--target", "cuda:sm_80", "-o", str(tmp_path / "c.so")]) == 0
+    assert "no GPU here to ask" not in capsys.readouterr().out  # an arch named is the arch meant
 
 
 def test_a_module_takes_its_inputs_in_the_models_order(tmp_path, capsys):

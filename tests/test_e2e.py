@@ -277,9 +277,9 @@ def test_mlflow_run_recorded(tuned, workdir):
         "seed": "0", "batch": "4", "repeat": "5", "min_trials": "4", "verify": "True", "high": "0.8"}
     history = client.get_metric_history(run.info.run_id, "model_latency_after_ms")
     assert history and history[-1].value > 0
-    # how many layers the "after" module runs other than TVM's defaults: the schedules it applied
-    applied = sum(1 for layer in report["layers"] if layer.get("best_record_id") and layer["speedup"] and layer["speedup"] > 1)
-    assert 0 <= report["model_layers_changed"] <= len(report["layers"]) and (applied == 0 or report["model_layers_changed"] > 0)
+    # how many layers the "after" module runs other than TVM's defaults: those whose winner
+    # is a tuned config (best_config is None where TVM's default won)
+    assert report["model_layers_changed"] == sum(1 for layer in report["layers"] if layer.get("best_config") is not None)
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"decomposition.txt", "decomposition.json", "report.json", "report.csv", "convergence.png"} <= names
     assert {a.path for a in client.list_artifacts(run.info.run_id, "module")} == {"module/tuned.so", "module/tuned.so.json"}
