@@ -35,9 +35,9 @@ def refuse_frontend_gaps(proto, source: str) -> None:
     resizes = [n for n in proto.graph.node if n.op_type == "Resize" and n.domain in ("", "ai.onnx")]
     if not resizes:
         return
-    from autotune.recurrent import _static_shapes
+    from autotune.recurrent import static_shapes
 
-    shapes = _static_shapes(proto)
+    shapes = static_shapes(proto)
     for node in resizes:
         attrs = {a.name: a for a in node.attribute}
         where = f"{source}: Resize {node.name or node.output[0]!r}"

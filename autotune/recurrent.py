@@ -47,7 +47,7 @@ def unroll_recurrent(proto) -> tuple[Any, int]:
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     graph = model.graph
-    shapes = _static_shapes(model)
+    shapes = static_shapes(model)
     constants = _Constants(model)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=17)
     builder = _Builder(graph, opset)
@@ -66,7 +66,9 @@ def unroll_recurrent(proto) -> tuple[Any, int]:
     return model, count
 
 
-def _static_shapes(model) -> dict[str, tuple[int, ...]]:
+def static_shapes(model) -> dict[str, tuple[int, ...]]:
+    """Every value's shape, where ONNX's shape inference (or an initializer) fixes it
+    whole; the Resize checks of :mod:`autotune.frontend_gaps` read them too."""
     import onnx
 
     try:
