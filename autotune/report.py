@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from autotune.errors import AutotuneError
 from autotune.roofline import Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
+from autotune.progress import format_latency
 
 REPORT_JSON = "report.json"
 REPORT_CSV = "report.csv"
@@ -278,7 +279,7 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         ("match", "right"),
         ("tuner", "left"),
         ("trials", "right"),
-        ("best ms", "right"),
+        ("best", "right"),
         ("speedup", "right"),
         ("share", "right"),
         ("GFLOP/s", "right"),
@@ -293,7 +294,7 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
             _fmt(row["match_score"], ".2f"),
             _fmt_tuner(row),
             "-" if row["trials"] is None else str(row["trials"]),
-            _fmt(row["best_latency_ms"], ".4f"),
+            format_latency(None if row["best_latency_ms"] is None else row["best_latency_ms"] / 1e3),
             _fmt(row["speedup"], ".2f", "x"),
             _fmt(None if row["share"] is None else row["share"] * 100, ".1f", "%"),
             _fmt(row["gflops"], ".1f"),

@@ -123,6 +123,15 @@ def test_format_table_lists_each_layer() -> None:
     assert "8 twin programs answered unmeasured" in " ".join(text.split())  # 3 not built + 5 not timed
 
 
+def test_format_table_keeps_the_digits_of_a_kernel_that_runs_for_nanoseconds() -> None:
+    """A fixed "ms" with four decimals printed a 40 ns layer as 0.0000."""
+    report = make_report()
+    report["layers"][1] = dict(report["layers"][1], best_latency=4.0e-8)
+    text = format_table(report)
+    assert "40.0 ns" in text and "0.0000" not in text
+    assert "210.0 us" in text  # the conv's 0.21 ms
+
+
 def test_format_table_says_when_the_two_model_timings_are_of_one_module() -> None:
     """No layer's schedule changed, and the caption read 0.48x, as a slowdown."""
     report = dict(make_report(), model_latency_before=1.0e-3, model_latency_after=2.1e-3)
