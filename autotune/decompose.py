@@ -208,8 +208,12 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
     for b in blocks:
         if b.name_hint in _PAD_BLOCKS or b.name_hint in _TRANSPOSE_BLOCKS:
             continue  # a padded, spread or flipped copy moves data; it computes nothing
-        is_mac = b is anchor and bool(_MAC.fullmatch(op_class))
-        flops += volume(b) * (2 if is_mac else 1)
+        if b is anchor and _MAC.fullmatch(op_class):
+            flops += volume(b) * 2
+        elif b is anchor and reducers:  # a sum of products of n operands: n - 1 multiplies and an add
+            flops += volume(b) * max(1, _multiplied_operands(b))
+        else:
+            flops += volume(b)
     nbytes = float(sum(math.prod(s) for s in shapes) * _DTYPE_BYTES.get(dtype, 4))
     prologue = _PAD_BLOCKS + _TRANSPOSE_BLOCKS
     epilogue = [b.name_hint.removeprefix("T_") for b in blocks if b is not anchor and b.name_hint not in prologue]
@@ -256,7 +260,10 @@ def _classify(anchor, has_reduction: bool, blocks, const_names: set[str]) -> str
         if transposed:
             return rank + "_transpose"
         return "depthwise_" + rank if "depthwise" in name else rank
-    if "matmul" in name or "dense" in name:
+    if "matmul" in name or "dense" in name or ("einsum" in name and _multiplied_operands(anchor) == 2):
+        # An Einsum of two operands summed over shared indices is a matrix product too
+        # (attention's "bhqd,bhkd->bhqk"): classed as one, so it matches matmul history
+        # and counts a multiply and an add per iteration.
         # batch_matmul: both operands are activations (not weights) with batch dims,
         # whatever the batch size, so the class does not change with the batch.
         operands = anchor.reads[:2]
@@ -277,6 +284,39 @@ def _classify(anchor, has_reduction: bool, blocks, const_names: set[str]) -> str
     if all(any(k in b.name_hint.lower() for k in injective) for b in blocks):
         return "injective"
     return "elementwise"
+
+
+def _multiplied_operands(block) -> int:
+    """How many loads a reduction's update multiplies into its accumulator: two for a
+    contraction (``acc + a * b``), one for a sum, 0 for an update of any other form."""
+    store = block.body
+    value = getattr(store, "value", None)
+    if type(value).__name__ != "Add" or not hasattr(store, "buffer"):
+        return 0
+    terms = [t for t in (value.a, value.b) if not _loads(t, store.buffer)]
+    if len(terms) != 1:
+        return 0
+
+    def factors(expr) -> list[Any]:
+        kind = type(expr).__name__
+        if kind == "Mul":
+            return factors(expr.a) + factors(expr.b)
+        if kind == "Cast":
+            return factors(expr.value)
+        return [expr if _loads(expr) else None]
+
+    found = factors(terms[0])
+    return 0 if None in found else len(found)
+
+
+def _loads(expr, buffer=None) -> bool:
+    """``expr`` reads a buffer (``buffer`` itself, when given). TVM 0.27 names the node
+    TensorLoad, with the buffer as ``source``; older TVM BufferLoad, as ``buffer``."""
+    if type(expr).__name__ not in ("TensorLoad", "BufferLoad"):
+        return False
+    source = getattr(expr, "source", None)
+    source = getattr(expr, "buffer", None) if source is None else source
+    return buffer is None or (source is not None and source.same_as(buffer))
 
 
 def _attributes(anchor, blocks, op_class: str, weights: list[list[int]]) -> dict[str, Any]:

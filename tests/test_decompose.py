@@ -448,3 +448,34 @@ def test_a_layer_whose_shapes_are_known_only_at_run_time_keeps_tvms_default(tmp_
         err = capsys.readouterr().err
         assert "reference evaluator failed in the model's NonMaxSuppression operator" in err
         assert "compiled from" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_einsum_contraction_is_a_matrix_product_and_a_sum_stays_a_reduction(tmp_path):
+    """Einsum lowers to a block named T_einsum: it read as a generic reduction, its
+    multiply-accumulate counted as one FLOP, so the roofline and GFLOP/s were half."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Einsum", ["a", "b"], ["t"], equation="bij,bjk->bik"),  # two activations
+        helper.make_node("Einsum", ["t", "w"], ["u"], equation="bik,kl->bil"),  # by a weight
+        helper.make_node("Einsum", ["u"], ["y"], equation="bil->bl"),  # a sum
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "einsums",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 64, 32]), helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 32, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
+        [numpy_helper.from_array(np.ones((48, 16), "float32"), "w")],
+    )
+    path = tmp_path / "einsums.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    _, mod = load_and_fuse(str(path))
+    layers = decompose(mod)
+    assert [(l.op_class, l.flops) for l in layers] == [
+        ("batch_matmul", 2 * 2 * 64 * 48 * 32),
+        ("dense", 2 * 2 * 64 * 16 * 48),
+        ("reduction", 2 * 16 * 64),
+    ]
+    assert all(l.tunable for l in layers)
