@@ -355,7 +355,15 @@ def _attributes(anchor, blocks, op_class: str, weights: list[list[int]]) -> dict
         reduce_ext = [int(iv.dom.extent) for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE]
         attrs["kernel"] = reduce_ext
         attrs["kind"] = "max" if "max" in anchor.name_hint else "avg"
-        attrs["padding"] = _padding(blocks)
+        rank = len(reduce_ext)
+        attrs["padding"] = _padding(blocks, rank or 2)
+        # read back like a convolution's: a 3x3 pool at stride 1 or 2 differ in output only
+        spatial_vars = [iv.var for iv in anchor.iter_vars if int(iv.iter_type) != _REDUCE]
+        reduce_vars = [iv.var for iv in anchor.iter_vars if int(iv.iter_type) == _REDUCE]
+        if anchor.reads and rank and len(spatial_vars) >= rank:
+            attrs["stride"] = [
+                _linear_coeffs(idx.min, spatial_vars[-rank:], reduce_vars)[0] for idx in anchor.reads[0].region[-rank:]
+            ]
     return attrs
 
 

@@ -479,3 +479,39 @@ def test_an_einsum_contraction_is_a_matrix_product_and_a_sum_stays_a_reduction(t
         ("reduction", 2 * 16 * 64),
     ]
     assert all(l.tunable for l in layers)
+
+
+@pytest.mark.parametrize(
+    "op, x, y, attrs, want",
+    [
+        ("MaxPool", (1, 4, 16, 16), (1, 4, 8, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+         dict(kind="max", kernel=[3, 3], stride=[2, 2], padding=[1, 1])),
+        ("MaxPool", (1, 4, 16, 16), (1, 4, 16, 16), dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+         dict(kind="max", kernel=[3, 3], stride=[1, 1], padding=[1, 1])),
+        ("AveragePool", (1, 4, 16, 16), (1, 4, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 2]),
+         dict(kind="avg", kernel=[2, 2], stride=[2, 2], padding=[0, 0])),
+        ("MaxPool", (1, 4, 20), (1, 4, 7), dict(kernel_shape=[3], strides=[3], pads=[1, 1]),
+         dict(kind="max", kernel=[3], stride=[3], padding=[1])),
+    ],
+    ids=["max-3x3-s2-p1", "max-3x3-s1-p1", "avg-2x2-s2", "max1d-k3-s3-p1"],
+)
+def test_a_pools_attributes_are_the_models(tmp_path, op, x, y, attrs, want):
+    """A pool's stride was not read back (`layers` showed kernel and padding only), and a
+    1-D pool's padding was read over two dimensions."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], **attrs)],
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    path = tmp_path / "pool.onnx"
+    onnx.save(model, str(path))
+    _, mod = load_and_fuse(str(path))
+    (layer,) = [l for l in decompose(mod) if l.tunable]
+    assert layer.op_class == "pool"
+    assert layer.attrs == want
