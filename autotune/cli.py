@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_history_import)
 
     p = sub.add_parser("report", help="print a tuning run's summary again and write its plots")
-    p.add_argument("run", help="the run id tune printed, a run directory holding report.json, or an MLflow run id")
+    p.add_argument("run", help="the run id tune printed, a run directory holding report.json, or an MLflow run id (its first 4 or more digits do)")
     p.add_argument("--mlflow-uri", help="the MLflow tracking URI the run is in (default $MLFLOW_TRACKING_URI or the local store in ~/.autotune)")
     p.add_argument("--out-dir", help="where to write the plot and CSV (default: a folder named after the run)")
     p.add_argument("--history", metavar="PATH|URL", help="the history the run tuned into, asked why a run has no report "

@@ -477,6 +477,29 @@ def _tagged_run(client: Any, autotune_run_id: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+#: An MLflow run id is 32 hex digits; a shorter start of one is looked up as a prefix.
+_MLFLOW_PREFIX = re.compile(r"[0-9a-f]{4,31}")
+
+
+def _run_by_prefix(client: Any, prefix: str) -> str | None:
+    """The MLflow run whose id starts with ``prefix`` (as ``git`` takes a commit's), or None;
+    a prefix two runs share is refused with both named."""
+    if not _MLFLOW_PREFIX.fullmatch(prefix):
+        return None
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
+        return None
+    try:
+        runs = client.search_runs(experiments, filter_string=f"attributes.run_id LIKE '{prefix}%'", max_results=6)
+    except Exception:  # a server older than LIKE on run ids: the full id is still taken
+        return None
+    ids = sorted(r.info.run_id for r in runs)
+    if len(ids) > 1:
+        raise AutotuneError(f"MLflow run id prefix {prefix!r} matches {len(ids)}{'+' if len(ids) > 5 else ''} runs: "
+                            f"{', '.join(ids[:5])}")
+    return ids[0] if ids else None
+
+
 def _why_no_report(run) -> str:
     """Why an MLflow run holds no report: a layer of a tune (whose parent has it), or a
     tune that ended before writing one. 'has no report.json artifact' said neither."""
@@ -569,7 +592,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
             except MlflowException as exc:
                 if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                     raise
-                tagged = _tagged_run(client, run_id)
+                tagged = _tagged_run(client, run_id) or _run_by_prefix(client, run_id)
                 if tagged is None:
                     raise AutotuneError(_why_not_found(run_id, uri, history)) from None
                 run_id = tagged

@@ -316,6 +316,35 @@ def test_load_report_by_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert str(err.value) == f"MLflow run {layer_id} is layer 'fused_conv2d' of tune run {killed.run_id}: report that one"
 
 
+def test_load_report_by_the_start_of_an_mlflow_run_id(tmp_path: Path) -> None:
+    """tune prints the MLflow run's 32-digit id; its first digits are taken as git takes a
+    commit's, and a start two runs share is refused with both named."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from autotune.tracking import Tracker, finish_with_report
+
+    db = tmp_path / "store" / "mlflow.db"
+    uri = f"sqlite:///{db.as_posix()}"
+    with Tracker.create(True, uri) as tracker:
+        finish_with_report(tracker, make_report(), tmp_path / "out")
+    first = tracker.run_id
+    assert load_report(first[:7], tracking_uri=uri)["run_id"] == first
+    with pytest.raises(AutotuneError, match="neither a directory"):  # three digits are no prefix
+        load_report(first[:3], tracking_uri=uri)
+    # a second run whose id shares the first's six digits (uuid4s rarely do: made so here)
+    client = MlflowClient(uri)
+    other = client.create_run(client.get_run(first).info.experiment_id).info.run_id
+    twin = first[:6] + ("1" if first[6] == "0" else "0") + "0" * 25
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET run_uuid = ? WHERE run_uuid = ?", (twin, other))
+    with pytest.raises(AutotuneError) as err:
+        load_report(first[:6], tracking_uri=uri)
+    assert str(err.value) == f"MLflow run id prefix {first[:6]!r} matches 2 runs: {', '.join(sorted([first, twin]))}"
+    assert load_report(first[:7], tracking_uri=uri)["run_id"] == first
+
+
 # -- roofline -------------------------------------------------------------------------------------
 def test_roofline_fraction_math() -> None:
     # compute-bound: AI = 100 flop/B, memory roof 100 * 1e11 = 1e13 > 1e12 -> compute roof binds
