@@ -32,6 +32,10 @@ with it its workload key, does not depend on what it is tuned for.
   ``tune`` and ``compile`` stopped with its traceback).
 - A bfloat16 layer norm runs in float32 between casts: TVM lowers it in float32 and
   float16 only, and a bfloat16 transformer stopped at "lowering the model to TIR".
+- A bfloat16 ArgMax or ArgMin reads its input widened to float32, which holds every
+  bfloat16 value exactly, so the index is the same: TVM's bfloat16 legalization widened
+  the running maximum but not the variable it is bound to, and the build stopped with an
+  internal check (a bfloat16 seq2seq's greedy decode).
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ def kernel_rewrites():
                 wide = relax.op.nn.layer_norm(*(relax.op.astype(arg, ACCUMULATOR) for arg in call.args), a.axes,
                                               a.epsilon, a.center, a.scale)
                 return relax.op.astype(wide, "bfloat16")
+            if call.op.name in ("relax.argmax", "relax.argmin") and str(getattr(call.args[0].ty, "dtype", "")) == "bfloat16":
+                make = relax.op.argmax if call.op.name == "relax.argmax" else relax.op.argmin
+                return make(relax.op.astype(call.args[0], ACCUMULATOR), call.attrs.axis, call.attrs.keepdims)
             if call.op.name == "relax.nn.softmax":
                 return self.builder_.call_te(topi.nn.fast_softmax, call.args[0], call.attrs.axis)
             if call.op.name == "relax.take" and call.attrs.mode == "fast":

@@ -652,6 +652,24 @@ def test_zoo_models_come_in_bfloat16(tmp_path, name, size):
     assert api.run(module, check=str(model), repeat=1)["check"]["ok"]
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_a_bfloat16_argmax_builds_and_picks_the_models_index(tmp_path, op):
+    """A bfloat16 ArgMax (seq2seq's greedy decode) stopped the build at an internal check
+    of TVM's bfloat16 legalization; it now reads its input widened to float32."""
+    from autotune import api
+
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["i"], axis=1, keepdims=0)],
+        "arg", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3, 500])],
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [3])])
+    model = tmp_path / "arg.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    module = tmp_path / "arg.so"
+    api.compile(str(model), module, target="llvm")
+    result = api.run(module, check=str(model), repeat=1)
+    assert result["check"]["ok"] and result["check"]["max_abs_error"] == 0
+
+
 def test_widening_to_float32_reaches_casts_constants_and_subgraphs():
     """The float32 twin of a half-precision model keeps no half type anywhere: weights,
     inputs and outputs, a Cast's target, a Constant's value, and a branch's own graph."""
