@@ -226,9 +226,32 @@ def build(mod, target: TargetSpec):
     except Exception as err:
         raise_if_interrupted_since(mark)
         lines = [ln for ln in str(err).splitlines() if ln.strip()]
-        raise AutotuneError(f"compiling the model for {target.kind} failed: {(lines[-1] if lines else err)}") from None
+        culprit = _failing_kernel(mod, tvm_target)
+        where = f" in layer {culprit} (`autotune layers` describes it)" if culprit else ""
+        raise AutotuneError(f"compiling the model for {target.kind} failed{where}: {(lines[-1] if lines else err)}") from None
     raise_if_interrupted_since(mark)  # the default pipeline folds constants too
     return executable
+
+
+def _failing_kernel(mod, tvm_target) -> str | None:
+    """The first kernel that fails to build on its own, named as ``layers`` names it: a
+    message from deep in TVM (an internal check) says nothing of which op it stopped at.
+    Asked only once the model's build has failed; None when every kernel builds alone
+    (the failure is in the model's own code, not a kernel's)."""
+    import tvm
+    from tvm import tirx
+
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        try:
+            with tvm_target:
+                tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=tvm_target)
+        except KeyboardInterrupt:
+            raise
+        except Exception:
+            return gvar.name_hint
+    return None
 
 
 def check_output_path(out: str | os.PathLike) -> Path:

@@ -289,3 +289,40 @@ def test_another_batchs_winner_spreads_the_batch_over_the_outermost_tiles(tmp_pa
     (batch_knob,) = changed  # the batch axis's tiling alone
     assert moved[batch_knob] == [4 * config[batch_knob][0], *config[batch_knob][1:]]
     assert _batch_in_outer_tiles(one, moved) == config  # and back
+
+
+def test_a_model_build_that_fails_inside_tvm_names_the_layer_it_stopped_at():
+    """A failure from deep in TVM (an internal check) said nothing of which op it stopped
+    at. Here a bfloat16 argmax is fused and built as TVM gives it, without the rewrite
+    that widens it (TVM's bfloat16 legalization stops such a kernel); if a TVM release
+    builds it, the test says so rather than pass on nothing."""
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from autotune import compile as compiler
+    from autotune.errors import AutotuneError
+    from autotune.rewrites import kernel_rewrites
+    from autotune.target import resolve_target
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((2, 300), "bfloat16"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.emit_output(relax.op.argmax(relax.op.multiply(x, x), axis=1))
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    for lowering in [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FuseOps(),
+                     relax.transform.FuseTIR()]:  # the frontend's kernel passes, less ``kernel_rewrites``
+        mod = lowering(mod)
+    kernels = [g.name_hint for g, f in mod.functions_items() if not isinstance(f, relax.Function)]
+    with pytest.raises(AutotuneError) as err:
+        compiler.build(mod, resolve_target("llvm"))
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("compiling the model for llvm failed in layer argmax (`autotune layers` describes it): ")
+    assert "argmax" in kernels
+    widened = kernel_rewrites()(bb.get())  # with it, the same model builds
+    for lowering in [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FuseOps(),
+                     relax.transform.FuseTIR()]:
+        widened = lowering(widened)
+    compiler.build(widened, resolve_target("llvm"))
