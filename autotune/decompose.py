@@ -127,8 +127,11 @@ class Layer:
         return d
 
 
-def decompose(mod, *, batch_size: int | None = None) -> list[Layer]:
-    """One :class:`Layer` per distinct PrimFunc called from ``main``, in call order."""
+def decompose(mod, *, batch_size: int | None = None, sequence_first: bool = False) -> list[Layer]:
+    """One :class:`Layer` per distinct PrimFunc called from ``main``, in call order.
+
+    ``sequence_first``: the model's batch is its input's second dimension (an LSTM's
+    default layout), so sequences through its layers carry the batch second too."""
     import tvm
     from tvm import relax
 
@@ -149,7 +152,7 @@ def decompose(mod, *, batch_size: int | None = None) -> list[Layer]:
     for name, const_mask in calls:
         counts[name] = counts.get(name, 0) + 1
         masks[name] = [a and b for a, b in zip(masks[name], const_mask)] if name in masks else const_mask
-    return [describe(name, mod[name], masks[name], counts[name], batch_size) for name in masks]
+    return [describe(name, mod[name], masks[name], counts[name], batch_size, sequence_first) for name in masks]
 
 
 def _dynamic(name: str, func, params, const_mask: list[bool], occurrences: int, dtype: str) -> Layer:
@@ -167,7 +170,9 @@ def _dynamic(name: str, func, params, const_mask: list[bool], occurrences: int, 
                  batch_invariant_key=_digest(["invariant", key]), occurrences=occurrences, func=func)
 
 
-def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_size: int | None) -> Layer:
+def describe(
+    name: str, func, const_mask: list[bool], occurrences: int, batch_size: int | None, sequence_first: bool = False
+) -> Layer:
     """Read one PrimFunc: anchor block, op class, shapes, attributes, FLOPs, keys."""
     import tvm
     from tvm.s_tir import Schedule
@@ -224,9 +229,9 @@ def describe(name: str, func, const_mask: list[bool], occurrences: int, batch_si
         "op_class": op_class,
         "anchor": anchor.name_hint,
         "dtype": dtype,
-        "inputs": [_drop_batch(s, batch) for s in inputs],
+        "inputs": [_drop_batch(s, batch, sequence_first) for s in inputs],
         "weights": weights,
-        "output": _drop_batch(output, batch),
+        "output": _drop_batch(output, batch, sequence_first),
         "attrs": attrs,
         "epilogue": epilogue,
     }
@@ -425,7 +430,11 @@ def _padding(blocks, rank: int = 2) -> list[int]:
     return [0] * rank
 
 
-def _drop_batch(shape: list[int], batch: int) -> list[int]:
+def _drop_batch(shape: list[int], batch: int, sequence_first: bool = False) -> list[int]:
+    """``shape`` less its batch dimension: the first, or in a sequence-first model a
+    sequence's second ((time, batch, features); a step's state is (batch, features))."""
+    if sequence_first and len(shape) >= 3 and shape[0] != batch and shape[1] == batch:
+        return [shape[0], *shape[2:]]
     return shape[1:] if shape and shape[0] == batch else list(shape)
 
 

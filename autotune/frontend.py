@@ -55,12 +55,34 @@ class ModelSpec:
         a rank-1 input is one sample). Layers drop it from their batch-invariant key, so a
         file exported at batch 8 matches history tuned at batch 1, as a zoo model does."""
         first = next(iter(self.input_shapes.values()), ())
+        if self.sequence_first:
+            return int(first[1])
         return int(first[0]) if len(first) >= 2 else 1
+
+    @property
+    def sequence_first(self) -> bool:
+        """The first input is an LSTM's, GRU's or RNN's sequence in ONNX's default layout,
+        (time, batch, features), as PyTorch exports ``nn.LSTM`` without ``batch_first``:
+        its batch is the second dimension."""
+        name, first = next(iter(self.input_shapes.items()), ("", ()))
+        return len(first) >= 3 and _feeds_sequence_first_recurrence(self.proto, name)
 
     @property
     def digest(self) -> str:
         """Content hash: identifies the model in reports regardless of its file name."""
         return hashlib.sha256(self.proto.SerializeToString()).hexdigest()[:16]
+
+
+def _feeds_sequence_first_recurrence(proto, name: str) -> bool:
+    """``name`` is the sequence of an ONNX LSTM, GRU or RNN in its default layout (time
+    first, batch second), as PyTorch exports an ``nn.LSTM`` without ``batch_first``."""
+    if proto is None:
+        return False
+    for node in proto.graph.node:
+        if node.op_type in ("LSTM", "GRU", "RNN") and node.input and node.input[0] == name:
+            layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+            return layout == 0
+    return False
 
 
 def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:

@@ -132,7 +132,7 @@ def load_layers(
     spec, mod = frontend.load_and_fuse(
         model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=spec.batch_size), batch_norm)
+    return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequence_first), batch_norm)
 
 
 class TuneSession:

@@ -208,6 +208,31 @@ def test_an_lstm_model_decomposes_compiles_and_matches_the_onnx_reference(tmp_pa
     assert result["check"]["ok"] is True, result["check"]
 
 
+def test_the_batch_of_a_sequence_first_lstm_is_its_second_dimension(tmp_path):
+    """A PyTorch LSTM's default input is (time, batch, features): the model's batch was
+    read as its sequence length, so its layers' batch-invariant keys kept the batch, and a
+    model tuned at one batch matched none of another's layers as the same kernel."""
+    from autotune import api
+    from autotune.frontend import load_model
+
+    def model(batch: int) -> str:
+        rng = np.random.default_rng(0)
+        node = helper.make_node("LSTM", ["x", "W", "R"], ["", "h"], hidden_size=HIDDEN)
+        graph = helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [SEQ, batch, INPUT])],
+            [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, batch, HIDDEN])],
+            [numpy_helper.from_array(rng.standard_normal((1, 4 * HIDDEN, n)).astype(np.float32), w)
+             for w, n in (("W", INPUT), ("R", HIDDEN))],
+        )
+        path = tmp_path / f"lstm_{batch}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        return str(path)
+
+    assert load_model(model(3)).batch_size == 3 and load_model(model(6)).batch_size == 6
+    keys = [{l.batch_invariant_key for l in api.layers(model(b))["layers"] if l.op_class == "dense"} for b in (3, 6)]
+    assert keys[0] and keys[0] == keys[1]
+
+
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_torchs_own_lstm_and_gru_exports_compile_to_torchs_outputs(tmp_path, exporter):
     """nn.LSTM (2 layers, bidirectional, batch first) + nn.GRU + nn.Linear as torch 2.13
