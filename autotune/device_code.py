@@ -269,11 +269,18 @@ def _host_llvm_target(module) -> str:
     raise AutotuneError("cannot embed device binaries: the module has no LLVM host library")
 
 
+#: Fatbin entry flags that name an arch's variant: sm_90a's arch-specific features, sm_100f's family.
+_ARCH_SUFFIX_FLAGS = ((0x100000, "a"), (0x200000, "f"))
+
+
 def fatbin_entries(data: bytes) -> list[str]:
     """What a fatbin holds, e.g. ``["compute_90 (PTX)", "sm_90 (SASS)"]``.
 
     Reads the container's entry headers (magic ``0xBA55ED50``; per entry: kind at 0,
-    header size at 4, payload size at 8, arch at 28), the layout ``cuobjdump`` lists.
+    header size at 4, payload size at 8, arch at 28, flags at 40), the layout
+    ``cuobjdump`` lists. The arch number alone is 90 for sm_90a too: the flags carry the
+    suffix (0x100000 ``a``, 0x200000 ``f``; nvcc 13.0's fatbins for sm_90a, sm_100a and
+    sm_100f, PTX and SASS alike, against the ``-arch`` each entry records).
     """
     if len(data) < 16:
         raise BlobLayoutError("not a fatbin")
@@ -286,7 +293,9 @@ def fatbin_entries(data: bytes) -> list[str]:
             raise BlobLayoutError("a fatbin entry header runs past the end")
         kind, _v, entry_header, size = struct.unpack_from("<HHIQ", data, pos)
         (arch,) = struct.unpack_from("<I", data, pos + 28)
-        names = {1: f"compute_{arch} (PTX)", 2: f"sm_{arch} (SASS)"}
+        flags = struct.unpack_from("<Q", data, pos + 40)[0] if entry_header >= 48 else 0
+        arch_name = f"{arch}{''.join(s for bit, s in _ARCH_SUFFIX_FLAGS if flags & bit)}"
+        names = {1: f"compute_{arch_name} (PTX)", 2: f"sm_{arch_name} (SASS)"}
         if kind not in names or entry_header == 0:
             raise BlobLayoutError(f"unknown fatbin entry kind {kind}")
         entries.append(names[kind])

@@ -51,6 +51,17 @@ def test_import_blob_and_cuda_module_round_trip_byte_for_byte(cuda_lib):
 
 
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_100f"])
+def test_a_fatbin_names_the_arch_variant_it_was_compiled_for(cuda_lib, arch):
+    """A fatbin's arch number reads 90 for sm_90a too: the export said it carried
+    sm_90 SASS where it had been compiled for sm_90a."""
+    lib, target = cuda_lib
+    source = lib.mod.imports[0].inspect_source()
+    number = arch.removeprefix("sm_")
+    assert fatbin_entries(compile_fatbin(source, arch, target.tvm_target)) == [f"compute_{number} (PTX)", f"{arch} (SASS)"]
+
+
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
 def test_fatbin_replaces_the_cuda_source_and_keeps_the_kernel_table(cuda_lib, tmp_path):
     lib, target = cuda_lib
     before = cuda_payloads(ImportsBlob.parse(pack_imports(lib.mod)))[0]
