@@ -139,9 +139,9 @@ def tune(
 
         spec = remote_target(target if isinstance(target, str) else target.kind, rpc)
     if out is not None:
-        from autotune.compile import check_output_path
+        from autotune.compile import check_module_path
 
-        check_output_path(out)
+        check_module_path(out, inputs=[model])
     if out_dir is not None:
         from autotune.compile import check_output_dir
 
@@ -278,9 +278,12 @@ def run(
         raise OptionError(f"{{inputs}} must be a dict of arrays by input name ({names}) or an .npz file, got "
                           f"{type(inputs).__name__}", "inputs")
     if save_outputs is not None:
-        from autotune.compile import check_output_path
+        from autotune.compile import check_not_an_input, check_output_path
 
         check_output_path(save_outputs)  # before the run, not after it
+        given = [module, f"{module}.json", *([inputs] if isinstance(inputs, (str, os.PathLike)) else []),
+                 *([check] if check is not None else [])]
+        check_not_an_input(save_outputs, given)
     result = run_module(module, repeat=repeat, inputs=feed)
     result["inputs_from"] = source
     outputs = result.pop("output_arrays")

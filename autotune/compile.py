@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from autotune.budget import DEFAULT_MIN_TRIALS
 from autotune.errors import AutotuneError
@@ -275,6 +275,39 @@ def check_output_path(out: str | os.PathLike) -> Path:
     return out
 
 
+#: Names ``-o`` may not end in: each says a file that is no shared library (TVM writes
+#: an archive of objects for ``.tar``, which ``run`` cannot load), or one of the inputs.
+_NOT_A_LIBRARY = (".onnx", ".tar", ".tar.gz", ".tgz", ".zip", ".o", ".a", ".json", ".npz", ".npy", ".pt", ".pth")
+
+
+def check_module_path(out: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = ()) -> Path:
+    """:func:`check_output_path` for an exported module: a shared library's name, and not
+    one of ``inputs`` (``compile m.onnx -o m.onnx`` replaced the model with the module)."""
+    out = check_output_path(out)
+    name = out.name.lower()
+    wrong = next((s for s in _NOT_A_LIBRARY if name.endswith(s)), None)
+    if wrong:
+        raise AutotuneError(f"cannot write the module to {out}: a {wrong} name is not a shared library's "
+                            f"(the module is one, for `autotune run` or tvm.runtime.load_module): give e.g. "
+                            f"{out.name[: -len(wrong)] or 'model'}.so")
+    check_not_an_input(out, inputs)
+    return out
+
+
+def check_not_an_input(out: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:
+    """Refuse to write over a file this command reads: the user's model or module is
+    theirs to keep, whatever they named the output."""
+    out = Path(out)
+    for given in inputs:
+        path = Path(given).expanduser()
+        try:
+            same = out.exists() and path.exists() and os.path.samefile(out, path)
+        except OSError:
+            same = False
+        if same:
+            raise AutotuneError(f"cannot write {out}: it is the input {given} itself (give the output another name)")
+
+
 def _probe_writable(out: Path, folder: Path) -> None:
     """Write (and remove) a file in ``folder``: permission bits do not tell, for root, a
     read-only mount, root-squashed NFS or /proc, which were found once a whole tune had
@@ -398,7 +431,7 @@ def compile_model(
     keep_interrupts_through_tvm()
     say = step or (lambda text: None)
 
-    check_output_path(out)
+    check_module_path(out, inputs=[model])
     if target.kind == "cuda":
         from autotune.device_code import check_arch_compiles
 

@@ -652,6 +652,33 @@ def test_compile_onto_a_directory(capsys, env, dyn_model):
     assert list((env / "outdir").iterdir()) == []
 
 
+def test_outputs_never_replace_the_inputs_and_a_module_is_named_as_one(capsys, env, dyn_model):
+    """``compile m.onnx -o m.onnx`` replaced the user's model with the module, and
+    ``run m.so --save-outputs m.so`` the module with the outputs; ``-o m.tar`` wrote a
+    shared library that ``run`` then failed to read as a tar archive."""
+    import shutil
+
+    model = env / "m.onnx"
+    shutil.copy(dyn_model, model)
+    kept = model.read_bytes()
+    shape = ["--input-shape", "x=2x8", "--target", "llvm"]
+    for command in (["compile", str(model), *shape], ["tune", str(model), *shape, "--trials", "2", "--no-mlflow"]):
+        _user_error(capsys, [*command, "-o", str(model)], contains=("m.onnx", "not a shared library", "m.so"))
+    plain = env / "model"  # no suffix: refused as the input itself
+    shutil.copy(dyn_model, plain)
+    _user_error(capsys, ["compile", str(plain), *shape, "-o", str(plain)], contains=("is the input",))
+    _user_error(capsys, ["compile", str(model), *shape, "-o", "m.tar"], contains=(".tar name", "m.so"))
+    assert model.read_bytes() == kept and plain.read_bytes() == Path(dyn_model).read_bytes()
+    assert not (env / "m.tar").exists()
+
+    assert main(["compile", str(model), *shape, "-o", "m.so"]) == 0
+    module = (env / "m.so").read_bytes()
+    for target in ("m.so", "m.so.json", str(model)):
+        _user_error(capsys, ["run", "m.so", "--repeat", "1", "--check", str(model), "--save-outputs", target],
+                    contains=("is the input",))
+    assert (env / "m.so").read_bytes() == module and model.read_bytes() == kept
+
+
 def test_compile_under_a_regular_file(capsys, env, dyn_model):
     (env / "afile").write_text("x")
     _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
