@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import description, emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, positive_int, run_main  # noqa: E402
 
 from history_guided.history_setup import build_history, copy_database, layers_to_complete, priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
@@ -84,7 +84,7 @@ def main() -> int:
                              "measurements made before then replay exactly (templates/shared_memory.py)")
     parser.add_argument("--trials", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=positive_int, default=5, help="how many tuner seeds: 0, 1, ..., SEEDS-1 (a count, where other benchmarks take a list)")
     parser.add_argument("--tuners", default="xgb,tl_xgb,ga,gga",
                         help="tuners to compare; NAME:KEY=VALUE;... passes options (e.g. tl_xgb:transfer=joint)")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")

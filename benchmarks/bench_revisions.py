@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--base", required=True, help="the earlier commit (any git revision)")
     parser.add_argument("--models", required=True, help="comma-separated MODEL:TRIALS (a zoo name or an ONNX path)")
     parser.add_argument("--size", type=int, default=56, help="input size of zoo models")
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated tuner seeds (a list, where bench_history_guided takes a count)")
     parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     try:

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _emit import description, emit, out_file, run_main  # noqa: E402
+from _emit import description, emit, out_file, positive_int, run_main  # noqa: E402
 from history_guided.history_setup import priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.progress import log  # noqa: E402
@@ -84,7 +84,7 @@ def main() -> int:
     parser.add_argument("--exclude", help="MODEL:INDEX layers kept out of matching besides --targets (the guided run's)")
     parser.add_argument("--variants", default="", help="'|'-separated tuner options, e.g. '|plausible_priors=1' (empty: default)")
     parser.add_argument("--tuner", default="tl_xgb")
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=positive_int, default=5, help="how many tuner seeds: 0, 1, ..., SEEDS-1 (a count, where other benchmarks take a list)")
     parser.add_argument("--size", type=int, default=56)
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--device-name", help="the device the file and history were measured on (e.g. the GPU's)")
