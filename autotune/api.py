@@ -363,7 +363,8 @@ def layers(
     spec, mod = frontend.load_and_fuse(
         str(model), input_shapes=_input_shapes(input_shapes), size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    return {"model": spec.name, "inputs": spec.input_shapes, "layers": decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequence_first)}
+    layers = decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequence_first)
+    return {"model": spec.name, "inputs": spec.input_shapes, "batch": spec.batch_description(), "layers": layers}
 
 
 @_user_errors

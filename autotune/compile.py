@@ -465,6 +465,7 @@ def compile_model(
         "inputs": spec.inputs_description(),
         # the order the module takes them in: ``inputs`` is an object, written with sorted keys
         "input_order": list(spec.input_shapes),
+        "batch": spec.batch_description(),
         "outputs": spec.output_names,
         "batch_norm": batch_norm,
         "layers": applied.layers,

@@ -39,6 +39,10 @@ class ModelSpec:
     #: table (:mod:`autotune.rewrites`) and answers with the wrong row, silently, so
     #: ``run`` refuses given inputs outside this before they get there.
     index_limits: dict[str, int] = field(default_factory=dict)
+    #: The first input's dimension the model declared as its batch by name (``batch``,
+    #: ``batch_size``, ``N``... as ``dynamic_axes`` names it), before ``--input-shape``
+    #: pinned it; None where no dimension is so named.
+    declared_batch_axis: int | None = None
 
     def inputs_description(self) -> dict[str, dict[str, Any]]:
         """Each input's shape, dtype and, for ids into a table, the table's length: what an
@@ -51,26 +55,52 @@ class ModelSpec:
 
     @property
     def batch_size(self) -> int:
-        """The batch the model runs: its first input's leading dimension (rank 2 or more;
-        a rank-1 input is one sample). Layers drop it from their batch-invariant key, so a
-        file exported at batch 8 matches history tuned at batch 1, as a zoo model does."""
+        """The batch the model runs: its first input's dimension :attr:`batch_axis` (rank 2
+        or more; a rank-1 input is one sample). Layers drop it from their batch-invariant
+        key, so a file exported at batch 8 matches history tuned at batch 1, as a zoo
+        model does."""
         first = next(iter(self.input_shapes.values()), ())
-        if self.sequence_first:
-            return int(first[1])
-        return int(first[0]) if len(first) >= 2 else 1
+        return int(first[self.batch_axis]) if len(first) >= 2 else 1
+
+    @property
+    def batch_axis(self) -> int:
+        """Which of the first input's dimensions is the batch: the one the model names so,
+        else the second of an LSTM's, GRU's or RNN's sequence in ONNX's default layout
+        (time, batch, features; PyTorch's ``nn.LSTM`` without ``batch_first``), else the
+        first."""
+        name, first = next(iter(self.input_shapes.items()), ("", ()))
+        if self.declared_batch_axis is not None and self.declared_batch_axis < len(first):
+            return self.declared_batch_axis
+        return 1 if len(first) >= 3 and _feeds_sequence_first_recurrence(self.proto, name) else 0
 
     @property
     def sequence_first(self) -> bool:
-        """The first input is an LSTM's, GRU's or RNN's sequence in ONNX's default layout,
-        (time, batch, features), as PyTorch exports ``nn.LSTM`` without ``batch_first``:
-        its batch is the second dimension."""
-        name, first = next(iter(self.input_shapes.items()), ("", ()))
-        return len(first) >= 3 and _feeds_sequence_first_recurrence(self.proto, name)
+        """The batch is the second dimension of a (time, batch, features) input: the
+        layers' sequences carry it second too."""
+        first = next(iter(self.input_shapes.values()), ())
+        return len(first) >= 3 and self.batch_axis == 1
+
+    def batch_description(self) -> dict[str, Any]:
+        """The batch as read, for a person to check: ``layers``, reports and modules say it."""
+        name = next(iter(self.input_shapes), None)
+        return {"size": self.batch_size, "input": name, "axis": self.batch_axis}
 
     @property
     def digest(self) -> str:
         """Content hash: identifies the model in reports regardless of its file name."""
         return hashlib.sha256(self.proto.SerializeToString()).hexdigest()[:16]
+
+
+#: Dimension names that say "batch" (``dynamic_axes={"x": {1: "batch"}}``, ``N``, ``bs``).
+_BATCH_NAMES = re.compile(r"(?i)(.*batch.*|n|b|bs|bsz)")
+
+
+def _declared_batch_axis(graph_input) -> int | None:
+    """The first dimension of ``graph_input`` the model names as a batch, or None."""
+    for axis, dim in enumerate(graph_input.type.tensor_type.shape.dim):
+        if dim.dim_param and _BATCH_NAMES.fullmatch(dim.dim_param.strip()):
+            return axis
+    return None
 
 
 def _feeds_sequence_first_recurrence(proto, name: str) -> bool:
@@ -263,6 +293,7 @@ def _pin_shapes(
     return ModelSpec(
         name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
         batch_norms=batch_norms, index_limits=index_limits(proto, [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]),
+        declared_batch_axis=_declared_batch_axis(graph_inputs[0]) if graph_inputs else None,
     )
 
 

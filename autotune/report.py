@@ -253,7 +253,9 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     )
     before = _num(report.get("model_latency_before"))
     after = _num(report.get("model_latency_after"))
-    title = f"{report.get('model', '?')} on {target_text or '?'}"
+    batch = report.get("batch")
+    size = f" (batch {batch['size']})" if isinstance(batch, Mapping) and batch.get("size") is not None else ""
+    title = f"{report.get('model', '?')}{size} on {target_text or '?'}"
     caption = f"model latency: {_fmt_model_latency(before)} -> {_fmt_model_latency(after)}"
     if before and after:
         caption += f"  ({before / after:.2f}x)"

@@ -232,6 +232,8 @@ class TuneSession:
             "run_id": self.run_id,
             "model": spec.name,
             "model_source": spec.source,
+            # the batch as read (which input dimension): its layers' keys leave it out
+            "batch": spec.batch_description(),
             "target": {"kind": self.target.kind, "arch": self.target.arch, "device_name": self.target.device_name, "config": self.target.config},
             "budget": opts.trials,
             "history": self.store.url,

@@ -679,6 +679,30 @@ def test_outputs_never_replace_the_inputs_and_a_module_is_named_as_one(capsys, e
     assert (env / "m.so").read_bytes() == module and model.read_bytes() == kept
 
 
+def test_the_batch_is_the_dimension_the_model_names_so(capsys, env):
+    """A (time, batch, features) model, as ``nn.Transformer`` takes by default, exported
+    with ``dynamic_axes={"x": {0: "seq", 1: "batch"}}``: its batch was read from the first
+    dimension (the sequence), so its layers matched none of the same model's at another
+    batch; and no command said which batch it had read."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", "batch", 4])],
+        [numpy_helper.from_array(np.ones((8, 4), np.float32), "W")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(env / "seq.onnx"))
+    keys = []
+    for batch in (2, 5):
+        assert main(["layers", "seq.onnx", "--input-shape", f"x=16x{batch}x8", "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert found["batch"] == {"size": batch, "input": "x", "axis": 1}
+        keys.append({l["batch_invariant_key"] for l in found["layers"] if l["tunable"]})
+    assert keys[0] and keys[0] == keys[1]
+    assert main(["layers", "seq.onnx", "--input-shape", "x=16x2x8"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("; batch 2 (dimension 1 of input 'x')")
+
+
 def test_compile_under_a_regular_file(capsys, env, dyn_model):
     (env / "afile").write_text("x")
     _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
