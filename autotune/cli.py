@@ -343,8 +343,12 @@ def cmd_run(args) -> int:
         if "check" in result:
             c = result["check"]
             tol = c["tolerance"]
-            print(f"check vs ONNX reference: {'OK' if c['ok'] else 'MISMATCH'} (max abs error {c['max_abs_error']:.3g}; "
+            verdict = ("OK" if c.get("conclusive", True) else "OK, inconclusive") if c["ok"] else "MISMATCH"
+            print(f"check vs ONNX reference: {verdict} (max abs error {c['max_abs_error']:.3g}; "
                   f"rtol {tol['rtol']:g}, atol {tol['atol']:g}{', widened for half precision' if tol['widened_for_half_precision'] else ''})")
+            for o in c.get("within_atol_of_zero", []):
+                print(f"  note: the reference's {o['name']} lies within atol of zero (largest {o['reference_max_abs']:.3g}), "
+                      f"so any output passes there; give --atol below that to check it")
             off = [o for o in c.get("outputs", []) if not o["matched"]]
             if not c["ok"] and off and len(c.get("outputs", [])) > 1:
                 print("  outputs off: " + ", ".join(f"{o['name']} ({o['max_abs_error']:.3g})" for o in off))

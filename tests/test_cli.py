@@ -703,6 +703,36 @@ def test_the_batch_is_the_dimension_the_model_names_so(capsys, env):
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("; batch 2 (dimension 1 of input 'x')")
 
 
+def test_a_check_whose_reference_lies_within_atol_of_zero_says_it_proves_nothing(capsys, env):
+    """Random weights that vanish through a deep net (torchvision's MNASNet: outputs of
+    1e-7) passed `run --check` against a model with other weights as a plain OK: with
+    every reference value within atol of zero, any output passes."""
+    def model(path, scale):
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+            [numpy_helper.from_array(np.full((8, 4), scale, np.float32), "W")],
+        )
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+        return str(path)
+
+    faint, other = model(env / "faint.onnx", 1e-9), model(env / "other.onnx", -3e-9)
+    assert main(["compile", faint, "--target", "llvm", "-o", "faint.so"]) == 0
+    capsys.readouterr()
+    assert main(["run", "faint.so", "--repeat", "1", "--check", other, "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["ok"] and not check["conclusive"]
+    assert [o["name"] for o in check["within_atol_of_zero"]] == ["y"] and check["within_atol_of_zero"][0]["reference_max_abs"] < 1e-7
+    assert main(["run", "faint.so", "--repeat", "1", "--check", other]) == 0
+    out = capsys.readouterr().out
+    assert "check vs ONNX reference: OK, inconclusive" in out and "give --atol below that" in out
+    # an atol below the reference's values makes it a check again, which the other weights fail
+    assert main(["run", "faint.so", "--repeat", "1", "--check", other, "--atol", "1e-12", "--json"]) == 1
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert not check["ok"] and check["conclusive"]
+
+
 def test_compile_under_a_regular_file(capsys, env, dyn_model):
     (env / "afile").write_text("x")
     _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
