@@ -57,6 +57,11 @@ class Applied:
                    and v["schedule"] in ("history", OTHER_BATCH))
 
     @property
+    def changed_layers(self) -> list[str]:
+        """The layers given a schedule other than TVM's default."""
+        return [name for name, v in self.layers.items() if v["schedule"] in ("history", OTHER_BATCH)]
+
+    @property
     def other_batch(self) -> int:
         """Layers given the winner of the same layer at another batch size."""
         return sum(1 for v in self.layers.values() if v["schedule"] == OTHER_BATCH)

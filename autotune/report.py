@@ -212,6 +212,39 @@ def _fmt_model_latency(seconds: Any) -> str:
     return "-" if num is None else f"{num * 1e3:.3f} ms"
 
 
+#: Below this share of the model's time, the layers history changed cannot account for
+#: a model timing's difference from 1.00x.
+NOISE_SHARE = 0.02
+
+
+def _changed_share(report: Mapping[str, Any]) -> float | None:
+    """The part of the model's measured time in the layers its timed module changed, or
+    None where the report does not say which those are."""
+    names = report.get("model_changed_layers")
+    if not isinstance(names, list):
+        return None
+    shares = {row["name"]: row["share"] for row in summary_rows(report)}
+    if not shares or any(shares.get(n) is None for n in names):
+        return None
+    return float(sum(shares[n] for n in names))
+
+
+def _unused_trials(report: Mapping[str, Any]) -> str | None:
+    """The trials of the budget no layer took, and why, or None where all were spent: a
+    tune of a model history covers ended with its budget untouched and no word of it."""
+    budget = _num(report.get("budget"))
+    layers = [l for l in report.get("layers") or [] if isinstance(l, Mapping)]
+    if not budget or not layers:
+        return None
+    used = sum(_num(l.get("trials")) or 0 for l in layers)
+    if used >= budget:
+        return None
+    why = ""
+    if all(l.get("dispatch") == "exact" for l in layers):
+        why = ": history covers every tunable layer (`--min-trials N` tunes on those measured fewer than N times)"
+    return f"{budget - used:.0f} of {budget:.0f} trials unused{why}"
+
+
 def budget_ran_out(layer: Mapping[str, Any]) -> bool:
     """The layer got no trials because the budget did not reach it (not an exact hit)."""
     return layer.get("budget") == 0 and layer.get("dispatch") != "exact"
@@ -261,6 +294,13 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         caption += f"  ({before / after:.2f}x)"
         if report.get("model_layers_changed") == 0:  # 0.48x read as a slowdown, of the same module
             caption += " no layer's schedule changed: timing noise"
+        else:
+            changed = _changed_share(report)
+            if changed is not None and changed < NOISE_SHARE:  # 0.68x with one layer of 0.1% changed
+                caption += f" the layers that changed hold {changed * 100:.2g}% of the time: the rest is timing noise"
+    unused = _unused_trials(report)
+    if unused:
+        caption += f"  {unused}"
     errors = report.get("model_latency_errors")
     if isinstance(errors, Mapping) and errors:
         caption += f"  (not measured: {next(iter(errors.values()))})"

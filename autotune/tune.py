@@ -367,8 +367,9 @@ class TuneSession:
         leaves ``None`` there and its reason under ``model_latency_errors[key]``."""
         try:
             report[key], changed = self._model_latency(mod, layers, use_history=use_history)
-            if use_history:  # how many layers the timed module runs other than TVM's defaults
-                report["model_layers_changed"] = changed
+            if use_history:  # the layers the timed module runs other than TVM's defaults
+                report["model_layers_changed"] = len(changed)
+                report["model_changed_layers"] = changed
         except Exception as err:
             lines = str(err).strip().splitlines()
             reason = (lines[-1] if lines else type(err).__name__)[:300]
@@ -376,9 +377,9 @@ class TuneSession:
             report.setdefault("model_latency_errors", {})[key] = reason
             self.reporter.message(f"model latency not measured: {reason}")
 
-    def _model_latency(self, mod, layers, *, use_history: bool) -> tuple[float, int]:
+    def _model_latency(self, mod, layers, *, use_history: bool) -> tuple[float, list[str]]:
         """Whole-model latency on the device (the ``--rpc`` server's, if given), default
-        schedules or history's best; and how many layers history changed in the module timed."""
+        schedules or history's best; and the layers history changed in the module timed."""
         import numpy as np
         import tvm
         from tvm import relax
@@ -387,10 +388,10 @@ class TuneSession:
         from autotune.run import seeded_inputs
 
         work = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-        changed = 0
+        changed: list[str] = []
         if use_history:
             work, applied = compiler.apply_history(work, layers, self.target, self.store, spaces=self.spaces)
-            changed = applied.tuned + applied.other_batch
+            changed = applied.changed_layers
         ex = compiler.build(work, self.target)
         with self._remote() as remote:
             dev = self.target.device() if remote is None else remote.device()

@@ -140,6 +140,30 @@ def test_format_table_says_when_the_two_model_timings_are_of_one_module() -> Non
     assert "timing noise" not in format_table(dict(report, model_layers_changed=3))
 
 
+def test_format_table_says_when_the_layers_that_changed_cannot_explain_the_model_timing() -> None:
+    """A tune where history changed one layer of 0.1% of the time read 0.68x, as a
+    slowdown; only a module with no layer changed was called timing noise."""
+    report = make_report()
+    report["layers"][1] = dict(report["layers"][1], best_latency=4.0e-7)  # 0.1% of the measured time
+    report = dict(report, model_latency_before=1.0e-3, model_latency_after=1.47e-3)
+    caption = " ".join(format_table(dict(report, model_layers_changed=1, model_changed_layers=["fused_dense_add"])).split())
+    assert "(0.68x) the layers that changed hold 0.095% of the time: the rest is timing noise" in caption
+    # the conv (99.9%) changed too: the timing may be what it says
+    both = dict(report, model_layers_changed=2, model_changed_layers=["fused_conv2d_add_relu", "fused_dense_add"])
+    assert "timing noise" not in format_table(both)
+
+
+def test_format_table_says_how_many_trials_went_unused_and_why() -> None:
+    """A tune of a model history covers spent 0 of 32 trials and said nothing of it."""
+    report = make_report()  # budget 64; the layers took 5 and 3
+    assert "56 of 64 trials unused" in " ".join(format_table(report).split())
+    covered = dict(report, layers=[dict(l, dispatch="exact", trials=0) for l in report["layers"]])
+    caption = " ".join(format_table(covered).split())
+    assert "64 of 64 trials unused: history covers every tunable layer (`--min-trials N` tunes on those measured fewer than N times)" in caption
+    spent = dict(report, budget=8)
+    assert "unused" not in format_table(spent)
+
+
 def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
     report = make_report()
     conv, dense = report["layers"]
