@@ -46,6 +46,8 @@ _PAD_BLOCKS = ("pad_temp", "data_pad", "PadInput")
 #: kernel flipped (``kernel_transform`` in 2-D, ``kernel`` in 1-D); the anchor, named
 #: ``compute``, is then a plain convolution over the spread input.
 _TRANSPOSE_BLOCKS = ("data_dilate", "kernel_transform", "kernel")
+#: The Relax variable a block name starts with when TOPI names it after its input.
+_RELAX_VAR_PREFIX = re.compile(r"^lv\d*_")
 #: Classes whose anchor is a multiply-accumulate (two FLOPs per iteration).
 _MAC = re.compile(r"(depthwise_)?conv\dd(_transpose)?|dense|batch_matmul")
 
@@ -221,7 +223,10 @@ def describe(
             flops += volume(b)
     nbytes = float(sum(math.prod(s) for s in shapes) * _DTYPE_BYTES.get(dtype, 4))
     prologue = _PAD_BLOCKS + _TRANSPOSE_BLOCKS
-    epilogue = [b.name_hint.removeprefix("T_") for b in blocks if b is not anchor and b.name_hint not in prologue]
+    # named after the op, less TOPI's "T_" and the Relax variable a block was made for
+    # ("lv48_mean": its number changes from export to export, and the key with it)
+    epilogue = [_RELAX_VAR_PREFIX.sub("", b.name_hint.removeprefix("T_"))
+                for b in blocks if b is not anchor and b.name_hint not in prologue]
 
     workload_key = _digest(["workload", _structure_hash(func), dtype])
     batch = batch_size if batch_size is not None else (inputs[0][0] if inputs and inputs[0] else 1)
@@ -430,6 +435,11 @@ def _padding(blocks, rank: int = 2) -> list[int]:
     return [0] * rank
 
 
+def _shape_text(shape: list[int]) -> str:
+    """``2x3x4``; a scalar is ``scalar`` (it printed as nothing, a double space in the row)."""
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
 def _drop_batch(shape: list[int], batch: int, sequence_first: bool = False) -> list[int]:
     """``shape`` less its batch dimension: the first, or in a sequence-first model a
     sequence's second ((time, batch, features); a step's state is (batch, features))."""
@@ -458,7 +468,7 @@ def format_table(layers: list[Layer]) -> str:
     for col in ("#", "layer", "class", "shapes", "attrs", "epilogue", "MFLOP", "KB", "x", "key"):
         table.add_column(col, overflow="fold")
     for i, layer in enumerate(layers):
-        shapes = " ".join("x".join(map(str, s)) for s in layer.inputs + layer.weights) + " -> " + "x".join(map(str, layer.output))
+        shapes = " ".join(_shape_text(s) for s in layer.inputs + layer.weights) + " -> " + _shape_text(layer.output)
         attrs = ", ".join(f"{k}={v}" for k, v in layer.attrs.items())
         table.add_row(
             str(i),

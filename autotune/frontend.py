@@ -332,9 +332,10 @@ def _simplify(proto, shapes: dict[str, tuple[int, ...]]):
     except ImportError:  # optional: without it we hand the graph to TVM as is
         return _set_input_dims(proto, shapes)
     try:
-        simplified, ok = onnxsim.simplify(
-            proto, overwrite_input_shapes={k: list(v) for k, v in shapes.items()}, perform_optimization=False
-        )
+        with _stderr_shut():  # its C++ warns of each node it could not fold, which we then leave to TVM
+            simplified, ok = onnxsim.simplify(
+                proto, overwrite_input_shapes={k: list(v) for k, v in shapes.items()}, perform_optimization=False
+            )
     except Exception:
         return _set_input_dims(proto, shapes)
     return simplified if ok else _set_input_dims(proto, shapes)
@@ -402,14 +403,21 @@ def _drop_quietly(err: BaseException) -> None:
     import gc
     import traceback
 
+    with _stderr_shut():
+        traceback.clear_frames(err.__traceback__)  # the frames' locals hold the module being built
+        err.__traceback__ = None
+        gc.collect()
+
+
+@contextlib.contextmanager
+def _stderr_shut():
+    """Standard error at the descriptor, so C++ (``std::cerr``) writes go too."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
         with open(os.devnull, "wb") as null:
             os.dup2(null.fileno(), 2)
-        traceback.clear_frames(err.__traceback__)  # the frames' locals hold the module being built
-        err.__traceback__ = None
-        gc.collect()
+        yield
     finally:
         os.dup2(saved, 2)
         os.close(saved)

@@ -515,3 +515,21 @@ def test_a_pools_attributes_are_the_models(tmp_path, op, x, y, attrs, want):
     (layer,) = [l for l in decompose(mod) if l.tunable]
     assert layer.op_class == "pool"
     assert layer.attrs == want
+
+
+def test_epilogues_are_named_after_ops_not_relax_variables(transformer):
+    """A layer norm's epilogue read ``lv48_mean+lv48_var_sum``: the variable's number
+    changes from export to export, and the batch-invariant key with it."""
+    norms = [l for l in transformer if l.op_class == "norm"]
+    assert norms and all(l.epilogue for l in norms)
+    assert not [e for l in transformer for e in l.epilogue if e.startswith("lv")]
+    assert "mean" in norms[0].epilogue
+
+
+def test_the_layers_table_names_a_scalar_operand():
+    from autotune.decompose import format_table
+
+    layer = Layer(name="where", op_class="elementwise", anchor="T_where", dtype="float32", inputs=[[4, 4]],
+                  weights=[[]], output=[4, 4], attrs={}, epilogue=[], flops=16.0, bytes=132.0, workload_key="k",
+                  batch_invariant_key="b", occurrences=1)
+    assert "4x4 scalar -> 4x4" in format_table([layer])
