@@ -445,14 +445,28 @@ def cmd_history_runs(args) -> int:
     if not runs:
         print("history holds no runs")
         return 0
-    print(f"{'run':<12} {'started (UTC)':<19} {'model':<16} {'target':<28} {'tuner':<7} {'batch norm':<10} {'status':<8} {'records':>7}")
+    # columns as wide as their longest entry, up to a cap: cut at 16, squeezenet1_1_ts_dyn
+    # read as the other model squeezenet1_1_ts
+    wm = min(40, max(len("model"), *(len(str(r["model"])) for r in runs)))
+    wt = min(40, max(len("target"), *(len(str(r["target_key"])) for r in runs)))
+    wu = min(10, max(len("tuner"), *(len(str(r["tuner"])) for r in runs)))
+    print(f"{'run':<12} {'started (UTC)':<19} {'model':<{wm}} {'target':<{wt}} {'tuner':<{wu}} {'batch norm':<10} {'status':<8} {'records':>7}")
     for run in runs:
         started = str(run["started_at"] or "")[:19].replace("T", " ")
         print(
-            f"{run['run_id'][:12]:<12} {started:<19} {run['model'][:16]:<16} {run['target_key'][:28]:<28} {run['tuner'][:7]:<7} "
-            f"{run['batch_norm']:<10} {run['status']:<8} {run['n_records']:>7}"
+            f"{run['run_id'][:12]:<12} {started:<19} {_fit(str(run['model']), wm):<{wm}} {_fit(str(run['target_key']), wt):<{wt}} "
+            f"{_fit(str(run['tuner']), wu):<{wu}} {run['batch_norm']:<10} {run['status']:<8} {run['n_records']:>7}"
         )
     return 0
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut in the middle where longer: names that share a
+    start (an export's ``_ts`` and ``_ts_dyn``) stay told apart by their ends."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "~" + text[len(text) - (width - 1 - head):]
 
 
 def _resolve_key(store, key: str) -> str:

@@ -435,6 +435,14 @@ def test_history_runs_lists_each_run_with_its_layering(capsys, populated_history
     header, *lines = capsys.readouterr().out.strip().splitlines()
     assert "batch norm" in header and len(lines) == 2
     assert lines[1].split()[0] == "n3w" and " weights " in lines[1] and " running " in lines[1]
+    # a model name past 16 characters is kept whole (squeezenet1_1_ts_dyn read as squeezenet1_1_ts)
+    with open_history(path) as store:
+        for run_id, model in (("ts", "squeezenet1_1_ts"), ("dyn", "squeezenet1_1_ts_dyn"), ("long", "m" * 30 + "_dynamo_batch4_final")):
+            store.start_run(run_id, model=model, target_key="llvm:znver3:cpu", tuner="auto", params={})
+    assert main(["history", "runs", "--history", path]) == 0
+    models = {line.split()[0]: line.split()[3] for line in capsys.readouterr().out.strip().splitlines()[1:]}
+    assert models["ts"] == "squeezenet1_1_ts" and models["dyn"] == "squeezenet1_1_ts_dyn"
+    assert len(models["long"]) == 40 and models["long"].endswith("_dynamo_batch4_final") and "~" in models["long"]
 
 
 def test_history_rm_removes_a_run_and_only_its_records(capsys, populated_history):
