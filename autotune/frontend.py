@@ -43,6 +43,20 @@ class ModelSpec:
     #: ``batch_size``, ``N``... as ``dynamic_axes`` names it), before ``--input-shape``
     #: pinned it; None where no dimension is so named.
     declared_batch_axis: int | None = None
+    #: Inputs whose shape ``--input-shape`` gave, with the shape the model declares for
+    #: each (``batchx16x64``): what a failure to import or lower at those shapes names.
+    given_shapes: dict[str, str] = field(default_factory=dict)
+
+    def given_shapes_hint(self) -> str:
+        """`` (at --input-shape x=2x20x64; the model declares x as batchx16x64 ...)``, or
+        "" where no shape was given: a failure deep in TVM at a shape the model does not
+        take read as TVM's own trouble."""
+        if not self.given_shapes:
+            return ""
+        given = " ".join(f"{k}={'x'.join(map(str, self.input_shapes[k]))}" for k in self.given_shapes)
+        declared = ", ".join(f"{k} as {v}" for k, v in self.given_shapes.items())
+        return (f" (at --input-shape {given}; the model declares {declared}, and an export may fix in its "
+                "graph a dimension it declares dynamic: do these shapes suit it?)")
 
     def inputs_description(self) -> dict[str, dict[str, Any]]:
         """Each input's shape, dtype and, for ids into a table, the table's length: what an
@@ -294,6 +308,7 @@ def _pin_shapes(
         name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
         batch_norms=batch_norms, index_limits=index_limits(proto, [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]),
         declared_batch_axis=_declared_batch_axis(graph_inputs[0]) if graph_inputs else None,
+        given_shapes={i.name: _shape_text(i.type.tensor_type.shape.dim) for i in graph_inputs if i.name in overrides},
     )
 
 
@@ -389,7 +404,7 @@ def to_relax(spec: ModelSpec):
         else:
             converting = re.match(r"Error converting operator (\w+)", printed.getvalue())
             where = f" at {converting.group(1)}" if converting else ""
-            message = f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}"
+            message = f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}{spec.given_shapes_hint()}"
         _drop_quietly(err)
         raise AutotuneError(message) from None
     sys.stdout.write(printed.getvalue())
@@ -509,4 +524,10 @@ def load_and_fuse(model: str, *, batch_norm: str = DEFAULT_BATCH_NORM, **kwargs)
             "input_shapes", "size", "batch_size",
         )
     spec = load_model(model, fold_batch_norm=batch_norm == "weights", **kwargs)
-    return spec, fuse(to_relax(spec), batch_norm_in_epilogue=batch_norm == "epilogue")
+    imported = to_relax(spec)
+    try:
+        return spec, fuse(imported, batch_norm_in_epilogue=batch_norm == "epilogue")
+    except AutotuneError as err:
+        if not spec.given_shapes:
+            raise
+        raise AutotuneError(f"{err}{spec.given_shapes_hint()}") from None

@@ -741,6 +741,25 @@ def test_a_check_whose_reference_lies_within_atol_of_zero_says_it_proves_nothing
     assert not check["ok"] and check["conclusive"]
 
 
+def test_a_shape_the_model_cannot_take_is_said_to_be_the_given_one(capsys, env):
+    """A model that declares its sequence dynamic but fixed it in a Reshape (as torch's
+    TorchScript export does): at another length TVM's frontend failed with a message
+    that read as TVM's own trouble, not the shape given."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("MatMul", ["r", "W"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(np.array([-1, 16 * 8], np.int64), "shape"),
+         numpy_helper.from_array(np.ones((128, 4), np.float32), "W")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(env / "baked.onnx"))
+    assert main(["layers", "baked.onnx", "--input-shape", "x=2x16x8"]) == 0
+    capsys.readouterr()
+    _user_error(capsys, ["layers", "baked.onnx", "--input-shape", "x=2x20x8"],
+                contains=("Reshape", "(at --input-shape x=2x20x8; the model declares x as batchxseqx8",
+                          "do these shapes suit it?)"))
+
+
 def test_compile_under_a_regular_file(capsys, env, dyn_model):
     (env / "afile").write_text("x")
     _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
