@@ -559,6 +559,44 @@ def _why_no_report(run) -> str:
     return f"MLflow run {run.info.run_id} has no {REPORT_JSON} artifact"
 
 
+#: How long the run ids tune gives are: a shorter id is a prefix of one.
+AUTOTUNE_RUN_ID_LENGTH = 12
+
+
+def _refuse_shared_prefix(prefix: str, history: str | None) -> None:
+    """Refuse a prefix of two runs, the reports folder's and history's together, as
+    ``history rm`` does: a run that failed before its report leaves no folder, and
+    ``report 9`` took the one folder of two runs starting with 9 without a word."""
+    if len(prefix) >= AUTOTUNE_RUN_ID_LENGTH:
+        return
+    runs = run_dir(prefix).parent
+    try:
+        found = {p.name for p in runs.iterdir() if p.name.startswith(prefix) and p.is_dir()}
+    except OSError:
+        found = set()
+    found |= set(_history_run_ids(prefix, history))
+    if len(found) > 1:
+        listed = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
+        raise AutotuneError(f"run id prefix {prefix!r} matches {len(found)} runs: {listed}; give more characters")
+
+
+def _history_run_ids(prefix: str, history: str | None) -> list[str]:
+    """The ids of history's runs that start with ``prefix`` ([] where there is no history
+    to ask: the report may well be elsewhere)."""
+    from autotune.history import HistoryError, open_history, resolve_location
+    from autotune.history.location import sqlite_file
+
+    url = resolve_location(history)
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        return []
+    try:
+        with open_history(history, create=False, readonly=True) as store:
+            return list(store.run_ids(prefix))
+    except HistoryError:
+        return []
+
+
 def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
     """A run id tune gave that has no report anywhere: history knows the run (the runs
     table has every tune, with ``--no-mlflow`` too) and says why, where it holds it. A
@@ -614,6 +652,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
 
     run_id = str(run_id_or_dir).strip()
     if RUN_ID_PATTERN.fullmatch(run_id):
+        _refuse_shared_prefix(run_id, history)
         local = _local_report(run_id)
         if local is not None:
             return _read_report_file(local)

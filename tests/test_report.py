@@ -245,6 +245,28 @@ def test_load_report_by_autotune_run_id(tmp_path: Path, monkeypatch: pytest.Monk
             load_report(unknown)
 
 
+def test_a_run_id_prefix_two_runs_share_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``report 9`` took the one report folder of two runs starting with 9 (the other had
+    failed before writing one) without a word, where ``history rm 9`` refused."""
+    from autotune.history import TargetInfo, open_history
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{(tmp_path / 'mlflow.db').as_posix()}")
+    history = str(tmp_path / "h.db")
+    write_artifacts(dict(make_report(), model="finished"), tmp_path / "home" / "runs" / "9f262ea362ca")
+    assert load_report("9", history=history)["model"] == "finished"  # no history there: the folder's
+    with open_history(history) as store:
+        store.register_target(TargetInfo("llvm", "znver4", "cpu"))
+        for run_id, status in (("92a01db26cae", "failed"), ("9f262ea362ca", "finished")):
+            store.start_run(run_id, model="resnet18", target_key="llvm:znver4:cpu", tuner="auto", params={})
+            store.finish_run(run_id, status, {})
+    with pytest.raises(AutotuneError) as err:
+        load_report("9", history=history)
+    assert str(err.value) == "run id prefix '9' matches 2 runs: 92a01db26cae, 9f262ea362ca; give more characters"
+    assert load_report("9f", history=history)["model"] == "finished"
+    assert load_report("9f262ea362ca", history=history)["model"] == "finished"
+
+
 def test_a_run_with_no_report_is_explained_by_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tune killed with ``--no-mlflow`` has no report and no MLflow run; history's runs
     table knows it. It was 'neither a directory with report.json nor a run in tracking
