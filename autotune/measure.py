@@ -272,7 +272,6 @@ class Measurer:
         #: timed already (``not_timed``).
         self.twins = {"not_built": 0, "not_timed": 0}
         self._timed: dict[str, Measurement] = {}  # program digest -> its timing
-        self._failed_batches = 0  # over RPC: batches in a row with nothing timed
 
     def _make_runner(self):
         ms, opts = self._ms, self.options
@@ -388,26 +387,25 @@ class Measurer:
 
         A server that hangs mid-tune stays listed with the tracker, and the runner then
         fails every candidate after its pool timeout (2 x ``run_timeout`` + 5 s), for as
-        long as the budget lasts. After ``_RPC_SUSPECT_AFTER`` batches in a row with nothing timed, the
-        server is asked for a session; if none comes, that is one error for the user.
+        long as the budget lasts. After a batch with nothing timed the server is asked for
+        a session; if none comes, that is one error for the user, and the batch is not
+        returned, so its candidates are not recorded as timed out: they never ran. (After
+        two such batches, as before, a dead server's first batch went to history as
+        timeouts, and the tune took minutes more to stop.)
         """
         from autotune.errors import AutotuneError
         from autotune.remote import request_session
 
         if any(m.status == "ok" for m in timed):
-            self._failed_batches = 0
-            return
-        self._failed_batches += 1
-        if self._failed_batches < _RPC_SUSPECT_AFTER:
             return
         try:
             request_session(self.options.rpc, timeout=max(10.0, 2 * self.options.run_timeout))
         except AutotuneError as err:
             raise AutotuneError(
-                f"{err}; stopped after {self._failed_batches} batches in a row with nothing timed on the server"
-                " (measurements so far are kept)"
+                f"{err}; stopped when a batch had nothing timed on the server (measurements before it are kept; "
+                "its own, which never ran, are not recorded)"
             ) from None
-        self._failed_batches = 0  # it answers: the candidates themselves failed
+        # it answers: the candidates themselves failed, and are recorded as they did
 
     def close(self) -> None:
         try:
@@ -453,8 +451,6 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-#: Batches in a row with nothing timed over RPC before the server is asked if it answers.
-_RPC_SUSPECT_AFTER = 2
 #: Seconds an RPC candidate may take beyond twice ``run_timeout`` (session request, upload).
 _RPC_GRACE_S = 5.0
 

@@ -459,14 +459,13 @@ def test_a_hung_server_is_an_error_at_the_start(capsys, workdir, frozen_server, 
 
 
 def test_a_server_that_stops_answering_mid_tune_stops_the_tune(frozen_server, monkeypatch):
-    """Every candidate then times out in the runner; after two such batches the server is
-    asked for a session, none comes, and measuring stops with one error."""
+    """Every candidate then times out in the runner; after such a batch the server is
+    asked for a session, none comes, and measuring stops with one error, the batch
+    unreturned (its candidates never ran: they went to history as timeouts)."""
     monkeypatch.setattr(remote, "HANDSHAKE_TIMEOUT", 2.0)
     measurer = Measurer(resolve_target("llvm"), MeasureOptions(repeat=1, rpc=frozen_server, run_timeout=1.0))
     try:
-        first = measurer.measure([_matmul(16)])
-        assert [m.status for m in first] == ["timeout"]
-        with pytest.raises(AutotuneError, match="stopped after 2 batches in a row with nothing timed on the server"):
+        with pytest.raises(AutotuneError, match="stopped when a batch had nothing timed on the server"):
             measurer.measure([_matmul(16)])
     finally:
         measurer.close()
@@ -482,9 +481,8 @@ def test_a_tracker_gone_mid_tune_stops_it_with_one_error_and_no_chatter(tmp_path
         try:
             assert [m.status for m in measurer.measure([_matmul(16)])] == ["ok"]
             tracker.terminate()
-            with pytest.raises(AutotuneError, match="stopped after 2 batches in a row with nothing timed on the server"):
-                for n in (17, 18, 19):  # other programs: one timed already is answered without the server
-                    measurer.measure([_matmul(n)])
+            with pytest.raises(AutotuneError, match="stopped when a batch had nothing timed on the server"):
+                measurer.measure([_matmul(17)])  # another program: one timed already is answered without the server
         finally:
             measurer.close()
     err = capfd.readouterr().err
