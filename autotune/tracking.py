@@ -189,6 +189,14 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
     for key in ("budget", "budget_split", "probes", "history", "tuner", "batch_norm"):
         if report.get(key) is not None:
             params[key] = report[key]
+    inputs = report.get("inputs")
+    if isinstance(inputs, Mapping):  # dqn at --size 36 and at 44 read alike without it
+        params["input_shapes"] = " ".join(
+            f"{name}={'x'.join(map(str, info.get('shape') or []))}" for name, info in inputs.items() if isinstance(info, Mapping)
+        )
+    batch = report.get("batch")
+    if isinstance(batch, Mapping) and batch.get("size") is not None:
+        params["batch_size"] = batch["size"]
     # the rest of the options, by their names, so a run can be made again from its params
     options = report.get("options")
     if isinstance(options, Mapping):

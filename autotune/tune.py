@@ -232,7 +232,9 @@ class TuneSession:
             "run_id": self.run_id,
             "model": spec.name,
             "model_source": spec.source,
-            # the batch as read (which input dimension): its layers' keys leave it out
+            # the shapes tuned (a zoo model's size and batch are nowhere else) and the batch
+            # as read (which input dimension): its layers' keys leave it out
+            "inputs": spec.inputs_description(),
             "batch": spec.batch_description(),
             "target": {"kind": self.target.kind, "arch": self.target.arch, "device_name": self.target.device_name, "config": self.target.config},
             "budget": opts.trials,
@@ -267,7 +269,7 @@ class TuneSession:
         self.store.start_run(
             self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
             params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "budget_split": opts.budget_split, "probes": opts.probes, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname(),
-                    "options": report["options"]},
+                    "options": report["options"], "inputs": report["inputs"]},
         )
         status = "failed"
         outcomes: dict[str, dict[str, Any]] = {}

@@ -272,6 +272,10 @@ def test_mlflow_run_recorded(tuned, workdir):
     client = MlflowClient(tracking_uri=f"sqlite:///{mlruns}")
     run = client.get_run(report["mlflow_run_id"])
     assert run.data.params["model"] == "small"
+    # the shapes tuned and the batch read (a zoo model at --size 36 and 44 read alike)
+    assert (run.data.params["input_shapes"], run.data.params["batch_size"]) == ("input=1x3x32x32", "1")
+    assert report["inputs"] == {"input": {"shape": [1, 3, 32, 32], "dtype": "float32"}}
+    assert report["batch"] == {"size": 1, "input": "input", "axis": 0}
     # every option, by its name (seed, repeat, batch... were not params)
     assert {k: run.data.params.get(k) for k in ("seed", "batch", "repeat", "min_trials", "verify", "high")} == {
         "seed": "0", "batch": "4", "repeat": "5", "min_trials": "4", "verify": "True", "high": "0.8"}
