@@ -327,6 +327,10 @@ class TuneSession:
             # candidates that were the same program as one built or timed for another
             # (autotune.program_digest): answered with its timing, not measured again
             report["measure_twins"] = dict(self._measurer.twins) if self._measurer is not None else {}
+            # runs that began measuring here after this one did: its timings shared the machine too
+            joined = [r for r in overlapping_runs(self.store, self.run_id) if r not in report.get("concurrent_runs", [])]
+            if joined:
+                report["concurrent_runs"] = [*report.get("concurrent_runs", []), *joined]
             status = "finished"
         except KeyboardInterrupt:
             status = "killed"
@@ -792,6 +796,23 @@ def concurrent_runs(store) -> list[dict[str, Any]]:
     taken together, run slower (a config timed by two tunes at once read 0.377 and
     0.624 ms), and history keeps a winner for good."""
     return [run for run in store.runs() if (pid := _other_local_pid(run)) is not None and pid_alive(pid)]
+
+
+def overlapping_runs(store, run_id: str) -> list[str]:
+    """Other runs of this history on this host whose time overlapped ``run_id``'s so far:
+    a run started while this one measured is not among :func:`concurrent_runs` at this
+    one's start, and its report presented timings taken beside another tune as clean."""
+    runs = store.runs()
+    ours = next((r for r in runs if r["run_id"] == run_id), None)
+    if ours is None or ours["started_at"] is None:
+        return []
+    host = socket.gethostname()
+    return [
+        r["run_id"] for r in runs
+        if r["run_id"] != run_id and (r.get("params") or {}).get("host") == host and r["started_at"] is not None
+        and r["started_at"] >= ours["started_at"] and (r["status"] == "running" or r["finished_at"] is None
+                                                       or r["finished_at"] >= ours["started_at"])
+    ]
 
 
 def close_stale_runs(store) -> list[str]:

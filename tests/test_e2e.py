@@ -192,6 +192,28 @@ def test_a_tune_says_when_another_on_this_history_measures_on_this_machine(tmp_p
     assert "concurrent_runs" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+def test_a_run_started_beside_a_tune_counts_as_concurrent_in_its_report_too(tmp_path):
+    """Two tunes at once: only the second said so (``concurrent_runs``), the first having
+    looked when it began, before the second had; its timings were shared all the same."""
+    import socket
+
+    from autotune.target import resolve_target
+    from autotune.tune import overlapping_runs
+
+    here = {"pid": 1, "host": socket.gethostname()}
+    with open_history(str(tmp_path / "h.db")) as store:
+        key = resolve_target("llvm").key
+        store.register_target(resolve_target("llvm").history_info())
+        store.start_run("before", model="m", target_key=key, tuner="auto", params=here)
+        store.finish_run("before", "finished", {})
+        store.start_run("ours", model="m", target_key=key, tuner="auto", params=here)
+        store.start_run("beside", model="m", target_key=key, tuner="auto", params=here)
+        store.finish_run("beside", "finished", {})
+        store.start_run("still", model="m", target_key=key, tuner="auto", params=here)
+        store.start_run("elsewhere", model="m", target_key=key, tuner="auto", params={**here, "host": "another-host"})
+        assert overlapping_runs(store, "ours") == ["beside", "still"]
+
+
 def test_a_layer_whose_every_trial_failed_says_so(tmp_path, capsys):
     """Every candidate timed out (a run timeout just above what a timing takes): the
     table read '-' in every column, exit 0, and nothing said why."""
