@@ -576,8 +576,10 @@ def _layer_metrics(tracker: Tracker, layer: Mapping[str, Any], replay_curve: boo
     )
     rematched = layer.get("rematched") or {}
     handed = layer.get("handed_over") or {}
+    score = layer.get("match_score")
     tracker.set_tags({
-        "match_score": layer.get("match_score"), "dispatch": layer.get("dispatch"),
+        # as the layer's run was opened with it: 0.9237, not 0.5074478025534243
+        "match_score": f"{float(score):.4f}" if isinstance(score, (int, float)) else score, "dispatch": layer.get("dispatch"),
         # params cannot change: a layer matched again mid-tune names its last tuner here
         "tuner_at_end": handed.get("to") or (layer.get("tuner") if rematched else None),
         "rematched_at_trial": rematched.get("at_trial"),

@@ -273,6 +273,7 @@ class TuneSession:
         )
         status = "failed"
         outcomes: dict[str, dict[str, Any]] = {}
+        open_: dict[str, _LayerTuning] = {}
         try:
             planned = [(l.name, 0 if l.name in reused else schedule.planned.get(l.name)) for l in tunable]
             self.reporter.start_model(spec.name, planned, total=opts.trials)
@@ -288,7 +289,6 @@ class TuneSession:
             outcomes.update((l.name, self._reuse(l)) for l in tunable if l.name in reused)
             for layer in pending:  # what an untried layer costs now, to weigh it against the others
                 progress[layer.name].default_s = self.default_latency(layer)
-            open_: dict[str, _LayerTuning] = {}
             by_name = {l.name: l for l in pending}
             report["schedule"] = []  # [layer, trials] per chunk, in the order given
             while (chunk := self._next_chunk(schedule, progress, by_name, probing)) is not None:
@@ -337,6 +337,8 @@ class TuneSession:
             raise
         finally:
             self.reporter.close()
+            if status != "finished":
+                self._log_unclosed_layers(open_)
             # the run's dispatch decisions and the history records they drew on
             self.store.finish_run(self.run_id, status, {"layers": [
                 {k: layer.get(k) for k in ("name", "workload_key", "match_score", "match", "dispatch", "tuner", "source_weights", "trials", "best_latency", "best_record_id")}
@@ -590,6 +592,20 @@ class TuneSession:
             f"{run.layer.name}: {run.tuner_name} handed the layer to {to} after {at} measured configs "
             f"(its first population, from history{f' and {picks} of {to} picks' if picks else ''}): history is shallow"
         )
+
+    def _log_unclosed_layers(self, open_: dict[str, "_LayerTuning"]) -> None:
+        """What is known of the layers a stopped tune left open, on their MLflow runs: a
+        layer's run held its class alone (its params come with the report at the end),
+        beside finished ones' six."""
+        for name, run in open_.items():
+            out = run.out
+            try:
+                self.tracker.log_params({
+                    "tuner": out.get("tuner"), "workload_key": out.get("workload_key"), "occurrences": out.get("occurrences"),
+                    "trials": out.get("trials"), "trials_budget": out.get("budget"),
+                }, layer=name)
+            except Exception:  # a store gone with the tune must not hide why it stopped
+                pass
 
     def _close_layer(self, run: "_LayerTuning") -> dict[str, Any]:
         """The layer gets no more trials: learn from its tuner, verify its winner, report."""

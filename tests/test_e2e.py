@@ -404,6 +404,38 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     assert not [r for r in tracked if r.info.status == "RUNNING"]
 
 
+def test_a_failed_tune_leaves_its_open_layers_runs_with_what_they_did(tmp_path, capsys, monkeypatch):
+    """The server died mid-tune: the open layer's MLflow run held its class alone, where
+    a finished layer's holds its tuner, key, calls and trials (they came with the report
+    at the end). A fault is injected at the sixth batch: nothing fails here on its own."""
+    from mlflow.tracking import MlflowClient
+
+    from autotune.errors import AutotuneError
+    from autotune.measure import Measurer
+
+    real, calls = Measurer.measure, []
+
+    def dies_at_the_sixth_batch(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:  # the layers' defaults timed, tuning under way
+            raise AutotuneError("--rpc: the server is gone (injected)")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Measurer, "measure", dies_at_the_sixth_batch)
+    model, uri = _small_cnn(tmp_path / "small.onnx"), f"sqlite:///{tmp_path / 'mlruns.db'}"
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "12", "--batch", "4", "--tuner", "random",
+                 "--history", str(tmp_path / "h.db"), "--mlflow-uri", uri, "--quiet", "--no-model-latency",
+                 "--no-verify"]) == 2
+    assert "the server is gone (injected)" in capsys.readouterr().err
+    client = MlflowClient(uri)
+    tracked = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    failed = [r for r in tracked if r.data.tags.get("mlflow.parentRunId") and r.info.status == "FAILED"]
+    assert failed
+    for run in failed:
+        assert {"op_class", "tuner", "workload_key", "occurrences", "trials", "trials_budget"} <= set(run.data.params)
+        assert run.data.params["tuner"] == "random" and int(run.data.params["trials"]) >= 0
+
+
 def test_report_command_reprints_a_run(tuned, workdir, capsys):
     _, _, mlruns = tuned
     report = json.loads((workdir / "run" / "report.json").read_text())

@@ -147,6 +147,8 @@ def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
         assert kid.data.params["tuner"] == layer["tuner"]
         assert kid.data.tags["dispatch"] == layer["dispatch"]
         assert float(kid.data.tags["match_score"]) == pytest.approx(layer["match_score"])
+        # as a layer's run is opened with it, four places (0.5074478025534243 read beside 0.9237)
+        assert kid.data.tags["match_score"] == f"{layer['match_score']:.4f}"
         history = steps(client, kid.info.run_id, "best_latency_ms")
         # logged live exactly once per trial: finish_with_report must not replay the curve again
         assert [s for s, _ in history] == [s for s, _ in layer["curve"]]
