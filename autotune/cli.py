@@ -258,6 +258,10 @@ def cmd_tune(args) -> int:
         if report.get("history_note"):
             print(f"note: {report['history_note']}")
         print(f"report: {report['report_dir']}" + (f"   mlflow run: {report['mlflow_run_id']}" if report.get("mlflow_run_id") else ""))
+        export = report.get("export")
+        if isinstance(export, dict) and export.get("out"):  # --out wrote it, and nothing said so
+            print(f"module: {export['out']} ({export.get('tuned_layers')} of {export.get('layers')} layers from history, "
+                  "the rest TVM defaults)")
     return 0
 
 

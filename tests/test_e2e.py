@@ -192,6 +192,16 @@ def test_a_tune_says_when_another_on_this_history_measures_on_this_machine(tmp_p
     assert "concurrent_runs" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+def test_tune_says_where_it_wrote_the_module(tmp_path, capsys):
+    """``tune --out`` wrote the module and logged it to MLflow without a word of it."""
+    model = _small_cnn(tmp_path / "small.onnx")
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "2", "--tuner", "random", "--history",
+                 str(tmp_path / "h.db"), "--no-mlflow", "--no-verify", "--no-model-latency", "--out", str(tmp_path / "m.so")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"module: {tmp_path / 'm.so'} (") and "layers from history, the rest TVM defaults)" in last
+    assert (tmp_path / "m.so").is_file()
+
+
 def test_a_run_started_beside_a_tune_counts_as_concurrent_in_its_report_too(tmp_path):
     """Two tunes at once: only the second said so (``concurrent_runs``), the first having
     looked when it began, before the second had; its timings were shared all the same."""
