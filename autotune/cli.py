@@ -214,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="print a tuning run's summary again and write its plots")
     p.add_argument("run", help="the run id tune printed, a run directory holding report.json, or an MLflow run id (its first 4 or more digits do)")
     p.add_argument("--mlflow-uri", help="the MLflow tracking URI the run is in (default $MLFLOW_TRACKING_URI or the local store in ~/.autotune)")
-    p.add_argument("--out-dir", help="where to write the plot and CSV (default: a folder named after the run)")
+    p.add_argument("--out-dir", help="where to write the plot and CSV (default: none where the run's folder holds them, "
+                   "else a folder named after the run)")
     p.add_argument("--history", metavar="PATH|URL", help="the history the run tuned into, asked why a run has no report "
                    "(default $AUTOTUNE_HISTORY or ~/.autotune/history.db)")
     _json_arg(p)
@@ -649,15 +650,21 @@ def cmd_report(args) -> int:
     if args.out_dir:
         check_output_dir(args.out_dir)  # before the report is looked up: a file in its place ended in a traceback
     data = api.report(args.run, mlflow_uri=args.mlflow_uri, history=args.history)
-    out_dir = Path(args.out_dir) if args.out_dir else check_output_dir(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
-    paths = reporting.write_artifacts(data, out_dir)
+    # a report read from a folder that holds its plots already (the run's own, where tune
+    # wrote it) writes no copies into the working directory; one from MLflow, or --out-dir, does
+    kept = [] if args.out_dir else reporting.artifacts_on_disk(args.run, data)
+    if kept:
+        paths = kept
+    else:
+        out_dir = Path(args.out_dir) if args.out_dir else check_output_dir(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
+        paths = reporting.write_artifacts(data, out_dir)
     if args.json:
         # the run's own figures (model latency before and after, measuring time...) beside its rows
         head = {k: v for k, v in data.items() if k != "layers"}
         print(json.dumps({**head, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths]}, default=str))
     else:
         print(reporting.format_table(data))
-        print(f"wrote {', '.join(str(p) for p in paths)}")
+        print(f"{'its files' if kept else 'wrote'} {', '.join(str(p) for p in paths)}")
     return 0
 
 

@@ -25,6 +25,8 @@ REPORT_JSON = "report.json"
 REPORT_CSV = "report.csv"
 CONVERGENCE_PNG = "convergence.png"
 LAYERS_TXT = "layers.txt"
+#: What :func:`write_artifacts` writes, and a run's report folder holds.
+ARTIFACT_NAMES = (REPORT_JSON, REPORT_CSV, CONVERGENCE_PNG, LAYERS_TXT)
 
 
 #: In a run's folder under the autotune home: where its report went instead (``--out-dir``).
@@ -629,6 +631,24 @@ def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
     }.get(run["status"], f"it ended {run['status']}, but its report is neither in {run_dir(run['run_id'])} nor in MLflow")
     return (f"run {run['run_id']} ({run['model']} on {run['target_key']}) has no report: {why}; what it measured "
             f"({run['n_records']} records) is in history at {mask_url(url)} (`autotune history runs`)")
+
+
+def artifacts_on_disk(run_id_or_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> list[Path]:
+    """The files tune wrote beside the report ``load_report`` read, where that was a local
+    folder holding them all: ``report`` then needs to write none again (it wrote a
+    folder of copies into the working directory at every call)."""
+    path = Path(run_id_or_dir).expanduser()
+    folder = path if path.is_dir() else (path.parent if path.is_file() else None)
+    if folder is None and RUN_ID_PATTERN.fullmatch(str(report.get("run_id") or "")):
+        try:
+            found = _local_report(str(report["run_id"]))
+        except AutotuneError:
+            found = None
+        folder = found.parent if found is not None else None
+    if folder is None:
+        return []
+    files = [folder / name for name in ARTIFACT_NAMES]
+    return files if all(f.is_file() for f in files) else []
 
 
 def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None, *, history: str | None = None) -> dict[str, Any]:

@@ -245,6 +245,28 @@ def test_load_report_by_autotune_run_id(tmp_path: Path, monkeypatch: pytest.Monk
             load_report(unknown)
 
 
+def test_report_of_a_run_whose_folder_holds_its_files_writes_no_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Each `autotune report RUN` wrote a folder of copies into the working directory, of
+    files tune had written to the run's folder already."""
+    from autotune.cli import main
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "home" / "runs" / "0a1b2c3d4e5f"
+    write_artifacts(dict(make_report(), run_id="0a1b2c3d4e5f"), folder)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["report", "0a1b", "--history", str(tmp_path / "none.db")]) == 0
+    out = capsys.readouterr().out
+    assert "fused_dense_add" in out and f"its files {folder / 'report.json'}" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    # a folder missing its plot, or --out-dir, writes them
+    (folder / "convergence.png").unlink()
+    assert main(["report", "0a1b", "--history", str(tmp_path / "none.db")]) == 0
+    assert "wrote autotune-report-0a1b2c3d4e5f/report.json" in capsys.readouterr().out
+    assert (tmp_path / "autotune-report-0a1b2c3d4e5f" / "convergence.png").is_file()
+
+
 def test_a_run_id_prefix_two_runs_share_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``report 9`` took the one report folder of two runs starting with 9 (the other had
     failed before writing one) without a word, where ``history rm 9`` refused."""
