@@ -485,10 +485,20 @@ def _resolve_key(store, key: str) -> str:
         if len(matches) > 1:
             from autotune.errors import AutotuneError
 
-            listed = ", ".join(f"{k} ({names[k]})" for k in matches[:5]) + (", ..." if len(matches) > 5 else "")
+            shapes = {w.key: _shapes_of(w.descriptor) for w in workloads}  # the name they share tells none apart
+            listed = ", ".join(f"{k} ({shapes[k]})" for k in matches[:5]) + (", ..." if len(matches) > 5 else "")
             raise AutotuneError(f"{len(matches)} workloads are layers named {key!r} (of other models or batch sizes): "
                                 f"{listed}; give the key")
     return _unique_prefix(key, matches, "workload", " (see `autotune history ls`)", labels=names)
+
+
+def _shapes_of(descriptor: dict) -> str:
+    """``1x64x56x56 64x64x3x3 -> 1x64x56x56``: a workload's operands and output, as stored."""
+    def text(shape) -> str:
+        return "x".join(map(str, shape)) if isinstance(shape, list) and shape else "scalar"
+
+    operands = [*(descriptor.get("inputs") or []), *(descriptor.get("weights") or [])]
+    return f"{' '.join(text(s) for s in operands)} -> {text(descriptor.get('output'))}"
 
 
 def _unique_prefix(prefix: str, matches: list[str], what: str, hint: str = "", *, labels: dict[str, str] | None = None) -> str:

@@ -365,6 +365,22 @@ def test_history_show_unknown_key(capsys, populated_history):
     _user_error(capsys, ["history", "best", "zzzz", "--history", path], contains=("'zzzz'",))
 
 
+def test_a_layer_name_two_workloads_share_lists_their_shapes(capsys, populated_history):
+    """The refusal listed each key with the name they share, which told none apart."""
+    from autotune.history import WorkloadInfo, open_history
+
+    path, key = populated_history
+    other = "cd" * 12
+    with open_history(path) as store:
+        store.register_workload(WorkloadInfo(key.replace("ab", "ef"), "inv", "conv2d", {
+            "name": "conv2d9", "inputs": [[1, 64, 56, 56]], "weights": [[64, 64, 3, 3]], "output": [1, 64, 56, 56]}, 1e6))
+        store.register_workload(WorkloadInfo(other, "inv", "conv2d", {
+            "name": "conv2d9", "inputs": [[4, 64, 56, 56]], "weights": [[64, 64, 3, 3]], "output": [4, 64, 56, 56]}, 4e6))
+    line = _user_error(capsys, ["history", "show", "conv2d9", "--history", path])
+    assert f"{other} (4x64x56x56 64x64x3x3 -> 4x64x56x56)" in line and line.endswith("; give the key")
+    assert f"{'ef' * 12} (1x64x56x56 64x64x3x3 -> 1x64x56x56)" in line
+
+
 def test_history_show_and_best(capsys, populated_history):
     path, key = populated_history
     assert main(["history", "show", key[:6], "--history", path, "--json", "--limit", "2"]) == 0
