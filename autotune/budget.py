@@ -126,12 +126,13 @@ class LayerProgress:
         return self.curve[-1] if self.curve else None
 
     def latency(self) -> float:
-        """The layer's time per call as it stands: its best, else its default, else a
-        guess of ten times its roofline (an unscheduled kernel is rarely closer)."""
-        for value in (self.best, self.default_s):
-            if value is not None and value > 0:
-                return value
-        return 10.0 * self.roofline_s
+        """The layer's time per call as it stands: the faster of its best and its default
+        (the model runs TVM's default where no tuned config beat it), else a guess of ten
+        times its roofline (an unscheduled kernel is rarely closer). Its best alone made a
+        layer whose first configs all ran slower than its default look 280x heavier than
+        it is: an embedding model's 22 ns mean took all 16 trials, its 60 ns dense none."""
+        known = [v for v in (self.best, self.default_s) if v is not None and v > 0]
+        return min(known) if known else 10.0 * self.roofline_s
 
     def chunks(self) -> list[tuple[int, int]]:
         """(first trial, end) of each chunk measured so far, in trials (end exclusive)."""

@@ -205,3 +205,19 @@ def test_roofline_schedule_tunes_layers_in_order_to_their_fixed_shares():
 def test_unknown_split_is_refused():
     with pytest.raises(ValueError, match="adaptive, roofline"):
         make_schedule("greedy", [], 8, min_trials=4, batch=8)
+
+
+def test_a_layer_whose_configs_all_ran_slower_than_its_default_weighs_its_default():
+    """An embedding model: the 22 ns mean's first four configs all ran near 6 us, and it
+    was weighed at 6 us, 280x what the model runs (TVM's default, kept where no config
+    beats it): it took all 16 trials, and the 60 ns dense layer none."""
+    layers = {"mean": _layer("mean", default=22e-9, op_class="reduction"), "dense": _layer("dense", default=60e-9)}
+    assert layers["mean"].latency() == 22e-9
+
+    def worse_than_default(p: LayerProgress, trial: int) -> float:
+        return 6e-6 if p.name == "mean" else p.default_s / 2
+
+    given = _run(AdaptiveSchedule(list(layers.values()), 16, min_trials=4, batch=8), layers, worse_than_default)
+    assert layers["mean"].best == 6e-6 and layers["mean"].latency() == 22e-9
+    assert given[:2] == [("mean", 4), ("dense", 4)]
+    assert sum(n for name, n in given if name == "dense") == 12
