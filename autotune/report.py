@@ -544,6 +544,19 @@ def _run_by_prefix(client: Any, prefix: str) -> str | None:
     return ids[0] if ids else None
 
 
+def _why_no_report_anywhere(run, uri: str, history: str | None) -> str:
+    """:func:`_why_no_report`, said as history says it where history knows the tune (how
+    it ended and how many records it left): the same run read one way by its full id and
+    another by a prefix."""
+    tags = run.data.tags
+    autotune_id = tags.get("autotune.run_id")
+    if autotune_id and not tags.get("mlflow.parentRunId") and run.info.status != "FINISHED":
+        said = _why_not_found(autotune_id, uri, history)
+        if said.startswith("run "):
+            return f"{said}; MLflow run {run.info.run_id}"
+    return _why_no_report(run)
+
+
 def _why_no_report(run) -> str:
     """Why an MLflow run holds no report: a layer of a tune (whose parent has it), or a
     tune that ended before writing one. 'has no report.json artifact' said neither."""
@@ -702,7 +715,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
                 try:
                     local = client.download_artifacts(run_id, REPORT_JSON, tmp)
                 except Exception:  # a missing artifact surfaces as various mlflow/OS errors
-                    raise AutotuneError(_why_no_report(found)) from None
+                    raise AutotuneError(_why_no_report_anywhere(found, uri, history)) from None
                 return _read_report_file(Path(local))
     except AutotuneError:
         raise

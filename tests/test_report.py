@@ -267,6 +267,33 @@ def test_report_of_a_run_whose_folder_holds_its_files_writes_no_copies(tmp_path:
     assert (tmp_path / "autotune-report-0a1b2c3d4e5f" / "convergence.png").is_file()
 
 
+def test_a_failed_run_is_explained_alike_by_its_full_id_and_a_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By its full id a failed tune was explained by MLflow ("ended failed before its
+    report was written"), by a prefix by history, which also says how many records it
+    left: history's word now comes either way."""
+    from autotune.history import TargetInfo, open_history
+    from autotune.tracking import Tracker
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path / "home"))
+    uri = f"sqlite:///{(tmp_path / 'mlflow.db').as_posix()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    history = str(tmp_path / "h.db")
+    with open_history(history) as store:
+        store.register_target(TargetInfo("llvm", "znver4", "cpu"))
+        store.start_run("adfc66066398", model="resnet18", target_key="llvm:znver4:cpu", tuner="auto", params={})
+        store.finish_run("adfc66066398", "failed", {})
+    with pytest.raises(RuntimeError), Tracker.create(True, uri) as tracker:
+        tracker.start("tune-resnet18", tags={"autotune.run_id": "adfc66066398"})
+        raise RuntimeError("the server died")
+    said = {}
+    for given in ("adfc66066398", "adfc"):
+        with pytest.raises(AutotuneError) as err:
+            load_report(given, history=history)
+        said[given] = str(err.value)
+    assert said["adfc"].startswith("run adfc66066398 (resnet18 on llvm:znver4:cpu) has no report: it failed before the end")
+    assert said["adfc66066398"] == f"{said['adfc']}; MLflow run {tracker.run_id}"
+
+
 def test_a_run_id_prefix_two_runs_share_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``report 9`` took the one report folder of two runs starting with 9 (the other had
     failed before writing one) without a word, where ``history rm 9`` refused."""
