@@ -586,13 +586,16 @@ def cmd_history_import(args) -> int:
     name = "standard input" if args.file == "-" else args.file
     if args.file != "-" and not Path(args.file).exists():
         raise AutotuneError(f"file not found: {args.file}")
+    from autotune.history.io import export_text
+
     try:
         if args.file == "-":  # `history export - | history import -`
-            text = sys.stdin.read()
+            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
         else:
-            text = Path(args.file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise AutotuneError(f"cannot read {name}: {err}") from None
+            data = Path(args.file).read_bytes()
+    except OSError as err:
+        raise AutotuneError(f"cannot read {name}: {err.strerror or err}") from None
+    text = export_text(data, name)  # gzip, a byte-order mark, or a database given by mistake
     source = io.StringIO(text)
     source.name = name
     export = read_export(source)  # checked whole before the history is even opened: a bad file changes no byte of it

@@ -11,6 +11,7 @@ and ``history rm`` pointed to ``history runs`` for ids it then could not show.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -110,6 +111,12 @@ def export_json(
     if _is_sqlite_file(path):
         # `history export --history h.db h.db` (or another database) replaced it with JSON
         raise HistoryError(f"refusing to export history over {path}: it is a SQLite database (name another file)")
+    if not _replaceable(path):
+        # `history export model.onnx` replaced the user's model with JSON
+        raise HistoryError(f"refusing to export history over {path}: it is not an earlier export (name another file, "
+                           "or remove it first)")
+    data = (gzip.compress((text + "\n").encode("utf-8"), mtime=0) if path.endswith(".gz")  # it wrote plain JSON to x.json.gz
+            else (text + "\n").encode("utf-8"))
     try:
         os.makedirs(directory, exist_ok=True)  # as `tune --out` and `compile -o` make theirs
         fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".json.tmp", dir=directory)
@@ -119,9 +126,8 @@ def export_json(
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an export is meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except OSError as exc:
         try:
@@ -130,6 +136,49 @@ def export_json(
             pass
         raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
     return len(records)
+
+
+def _replaceable(path: str) -> bool:
+    """An export may replace what is not there, an empty file, or an earlier export."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return True  # the write says why it cannot
+    if not head:
+        return True
+    if head[:2] == _GZIP_MAGIC:
+        try:
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(4096)
+        except (OSError, EOFError):
+            return False
+    return f'"format": "{FORMAT}"'.encode() in head
+
+
+#: The first bytes of a gzip file, and of a SQLite database.
+_GZIP_MAGIC = b"\x1f\x8b"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def export_text(data: bytes, name: str) -> str:
+    """An export file's bytes as JSON text: gunzipped where gzip (``history export x.json.gz``
+    writes it so), less a UTF-8 byte-order mark; a SQLite database or other binary data is
+    refused as what it is (it read "'utf-8' codec can't decode byte 0x8b")."""
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise HistoryError(f"cannot import {name}: a damaged gzip file ({exc})") from None
+    if data[:16] == _SQLITE_MAGIC:
+        raise HistoryError(f"cannot import {name}: it is a SQLite history, not an export (open it with --history, "
+                           "or `autotune history export --history FILE` it first)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise HistoryError(f"cannot import {name}: not a JSON export (binary data)") from None
 
 
 def _is_sqlite_file(path: str) -> bool:
@@ -145,6 +194,14 @@ def _is_sqlite_file(path: str) -> bool:
 
 class _Invalid(Exception):
     """A problem at a path inside the document, turned into one HistoryError line."""
+
+
+#: What an imported latency may be, in seconds: no kernel runs in under a nanosecond
+#: (a call costs more), and no measurement here waits an hour.
+MIN_LATENCY = 1e-9
+MAX_LATENCY = 3600.0
+#: The largest integer a history column holds (SQLite's and PostgreSQL's BIGINT).
+MAX_INT64 = 2**63 - 1
 
 
 def _get(obj: Mapping[str, Any], where: str, name: str, kinds: tuple[type, ...], *, required: bool = True,
@@ -171,19 +228,30 @@ def _number(obj: Mapping[str, Any], where: str, name: str, **kw: Any) -> float |
     value = _get(obj, where, name, (int, float), **kw)
     if value is None:
         return None
-    value = float(value)
-    if not math.isfinite(value):
+    value = _finite(value)
+    if value is None:
         raise _Invalid(f"{where}.{name}: must be a finite number")
     return value
+
+
+def _finite(value: int | float) -> float | None:
+    """``value`` as a finite float, or None: an integer past a float's range (10**400)
+    raised OverflowError from ``float()``, a traceback for the user."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _numbers(obj: Mapping[str, Any], where: str, name: str, *, required: bool = True) -> list[float]:
     values = _get(obj, where, name, (list,), required=required, default=[])
     out = []
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-            raise _Invalid(f"{where}.{name}[{i}]: expected a finite number, got {v!r}")
-        out.append(float(v))
+        number = None if isinstance(v, bool) or not isinstance(v, (int, float)) else _finite(v)
+        if number is None:
+            raise _Invalid(f"{where}.{name}[{i}]: expected a finite number, got {str(v)[:40]}")
+        out.append(number)
     return out
 
 
@@ -222,6 +290,8 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     samples = _numbers(item, where, "samples")
     if any(s < 0 for s in samples):
         raise _Invalid(f"{where}.samples: latencies must be >= 0 seconds")
+    if any(s > MAX_LATENCY for s in samples):  # 1e308 overflowed numpy's mean, with warnings printed
+        raise _Invalid(f"{where}.samples: a latency past {MAX_LATENCY:g} seconds is none a measurement gives")
     created_at = _timestamp(item, where, "created_at")
     mean, median, std, repeats = sample_stats(samples)
     computed = (mean, median, std)
@@ -239,10 +309,16 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     mean, median, std = stats["latency_mean"], stats["latency_median"], stats["latency_std"]
     if status == "ok" and median == 0:
         raise _Invalid(f"{where}.latency_median: an 'ok' record's latency must be > 0 seconds")
+    if status == "ok" and median is not None and not MIN_LATENCY <= median <= MAX_LATENCY:
+        # a 1e-30 s record imported won every layer it matched ("0.0 ns")
+        raise _Invalid(f"{where}.latency_median: {median!r} seconds is no kernel's time "
+                       f"(a measurement gives {MIN_LATENCY:g} to {MAX_LATENCY:g})")
     if "repeats" in item:
         repeats = _get(item, where, "repeats", (int,))
-        if repeats < 0:
-            raise _Invalid(f"{where}.repeats: must be >= 0")
+        if not 0 <= repeats <= MAX_INT64:  # 10**30 stopped the import in SQLite's OverflowError traceback
+            raise _Invalid(f"{where}.repeats: must be >= 0 and at most {MAX_INT64}")
+        if samples and repeats != len(samples) or not samples and repeats:
+            raise _Invalid(f"{where}.repeats: {repeats} is not what its samples give ({len(samples)})")
     if status == "ok" and median is None:
         raise _Invalid(f"{where}: status 'ok' needs a latency (samples or latency_median)")
     return {
@@ -335,13 +411,12 @@ def read_export(fp_or_path: str | os.PathLike[str] | IO[str]) -> Export:
     else:
         name = os.fspath(fp_or_path)  # type: ignore[arg-type]
         try:
-            with open(name, "r", encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise HistoryError(f"cannot read history import {name}: {why}") from None
+            with open(name, "rb") as fh:
+                text = export_text(fh.read(), name)
+        except OSError as exc:
+            raise HistoryError(f"cannot read history import {name}: {exc.strerror or exc}") from None
     if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
+        text = export_text(text, name)
 
     def _reject_constant(token: str) -> Any:
         raise ValueError(f"{token} is not valid JSON")
@@ -372,13 +447,23 @@ def check_references(export: Export, store: HistoryStore | None) -> None:
                                        f"file nor {where} has it; nothing was imported")
 
 
-def import_json(store: HistoryStore, source: str | os.PathLike[str] | IO[str] | Export) -> dict[str, int]:
-    """Merge an export (a file, a stream, or one :func:`read_export` read) into ``store``
-    in one transaction; returns counts of what was added/skipped.
+def import_json(
+    store: HistoryStore, source: str | os.PathLike[str] | IO[str] | Mapping[str, Any] | Export
+) -> dict[str, int]:
+    """Merge an export (a file, a stream, the parsed JSON document, or one
+    :func:`read_export` read) into ``store`` in one transaction; returns counts of what
+    was added/skipped.
 
     Duplicates (same workload, target, space, config, created_at and median) are skipped,
     so importing the same file again is a no-op.
     """
+    if isinstance(source, Mapping):  # json.load(f) in hand: os.fspath refused it with a TypeError
+        try:
+            source = Export("<document>", *_parse(source))
+        except _Invalid as exc:
+            raise HistoryError(f"cannot import the document: {exc}; nothing was imported") from None
+    elif not isinstance(source, (Export, str, os.PathLike)) and not hasattr(source, "read"):
+        raise HistoryError(f"cannot import a {type(source).__name__}: give a file, a stream or the parsed document")
     export = source if isinstance(source, Export) else read_export(source)
     name, targets, workloads, records = export.name, export.targets, export.workloads, export.records
     counts = {"added": 0, "skipped": 0, "targets_added": 0, "workloads_added": 0, "runs_added": 0}

@@ -705,6 +705,14 @@ BAD_IMPORTS: dict[str, tuple[Callable[[dict], None], str]] = {
     "target-key-mismatch": (_set("targets", 0, "key", "cuda:x:y"), r"targets\[0\]\.key"),
     "flops-string": (_set("workloads", 1, "flops", "many"), r"workloads\[1\]\.flops"),
     "top-level-list": (lambda d: (d.clear()), "not an autotune history export"),
+    # a hand-edited file: each stopped the import in a traceback, or was taken
+    "repeats-past-int64": (_set("records", 0, "repeats", 10**30), r"records\[0\]\.repeats: must be >= 0 and at most"),
+    "repeats-not-the-samples": (_set("records", 0, "repeats", 0), r"records\[0\]\.repeats: 0 is not what its samples give"),
+    "sample-past-a-float": (_set("records", 0, "samples", [10**400]), r"records\[0\]\.samples\[0\]: expected a finite number"),
+    "median-past-a-float": (_set("records", 0, "latency_median", 10**400), r"records\[0\]\.latency_median: must be a finite"),
+    "sample-of-ages": (_set("records", 0, "samples", [1e308]), "is none a measurement gives"),
+    "impossibly-fast": (lambda d: d["records"][0].update(samples=[1e-30], latency_median=1e-30, latency_mean=1e-30,
+                                                         latency_std=0.0, repeats=1), "is no kernel's time"),
 }
 
 
@@ -1033,3 +1041,45 @@ def test_unreachable_postgres_is_one_line_without_the_password() -> None:
     assert "127.0.0.1:1" in message and "hunter2" not in message and "\n" not in message
     # Either the driver is missing or the server is unreachable: both are named.
     assert "not installed" in message or "cannot connect" in message
+
+
+def test_a_gz_export_is_gzip_and_imports_back(tmp_path: Path) -> None:
+    """``history export x.json.gz`` wrote plain JSON under a gzip name, and a gzip file
+    imported read "'utf-8' codec can't decode byte 0x8b"."""
+    import gzip
+
+    with populated(tmp_path / "h.db") as store:
+        assert export_json(store, tmp_path / "e.json.gz") == 6
+    data = (tmp_path / "e.json.gz").read_bytes()
+    assert data[:2] == b"\x1f\x8b" and json.loads(gzip.decompress(data))["format"] == "autotune-history"
+    with open_history(tmp_path / "fresh.db") as fresh:
+        assert import_json(fresh, tmp_path / "e.json.gz")["added"] == 6
+    # parsed already, with a byte-order mark, as an editor may leave one
+    doc = json.loads(gzip.decompress(data))
+    with open_history(tmp_path / "fresh2.db") as fresh:
+        assert import_json(fresh, doc)["added"] == 6
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + gzip.decompress(data))
+    with open_history(tmp_path / "fresh3.db") as fresh:
+        assert import_json(fresh, tmp_path / "bom.json")["added"] == 6
+
+
+def test_an_export_replaces_only_an_earlier_export_and_a_database_is_no_export(tmp_path: Path) -> None:
+    """``history export model.onnx`` replaced the user's model with JSON; a database given
+    to import read as a codec error."""
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\x08\x07\x12\xff\xfepytorch")
+    with populated(tmp_path / "h.db") as store:
+        with pytest.raises(HistoryError, match="it is not an earlier export"):
+            export_json(store, model)
+        assert export_json(store, tmp_path / "e.json") == 6
+        assert export_json(store, tmp_path / "e.json") == 6  # an earlier export is replaced
+        (tmp_path / "empty.json").write_text("")
+        assert export_json(store, tmp_path / "empty.json") == 6
+    assert model.read_bytes() == b"\x08\x07\x12\xff\xfepytorch"
+    with open_history(tmp_path / "dst.db") as dst:
+        with pytest.raises(HistoryError, match="it is a SQLite history, not an export"):
+            import_json(dst, tmp_path / "h.db")
+        with pytest.raises(HistoryError, match=r"not a JSON export \(binary data\)"):
+            import_json(dst, model)
+        with pytest.raises(HistoryError, match="cannot import a list"):
+            import_json(dst, [1, 2])  # type: ignore[arg-type]
