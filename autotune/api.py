@@ -124,6 +124,9 @@ def tune(
     _check_path(model, "model", required=True)
     for name, value in (("history", history), ("out", out), ("out_dir", out_dir), ("mlflow_uri", mlflow_uri)):
         _check_path(value, name)
+    if _in_memory(history):  # the CLI refused it; the API ran the whole tune and lost it all
+        raise OptionError(f"{{history}} {history}: an in-memory database ends when the tune closes it, and every "
+                          "measurement with it; give a file or a database server", "history")
     opts = tune_options(**options)
     check_flag(mlflow, "mlflow")
     if mlflow_experiment is not None and (not isinstance(mlflow_experiment, str) or not mlflow_experiment.strip()):
@@ -207,6 +210,9 @@ def compile(
     shapes = _input_shapes(input_shapes)
     _check_model_size(size, batch_size)
     spec = _target(target)
+    if _in_memory(history):  # "cannot create tables: ... opened read-only" said nothing of why
+        raise OptionError(f"{{history}} {history} is an in-memory database, new and empty: it holds no schedule "
+                          "to compile with; give the file or server tune wrote to", "history")
     store = open_history(history, create=False, readonly=True) if _history_exists(history) else None
     try:
         summary = compile_model(
@@ -428,12 +434,24 @@ def _refuse_unknown(options: Mapping[str, Any]) -> None:
         )
 
 
+def _in_memory(history: Any) -> bool:
+    """``history`` names SQLite's in-memory database (``sqlite://``), which lives only as
+    long as the connection that made it."""
+    if not isinstance(history, str) or "://" not in history:
+        return False
+    from autotune.history.location import in_memory, resolve_location
+
+    return in_memory(resolve_location(history))
+
+
 def _check_path(value: Any, name: str, *, required: bool = False) -> None:
     """A file name or URL: ``history=123`` or ``out=None`` failed deep in pathlib."""
     if value is None and not required:
         return
     if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
         raise OptionError(f"{{{name}}} must be a path{'' if required else ' or None'}, got {quoted(value)}", name)
+    if not os.fspath(value).strip():  # history="" read as the working directory
+        raise OptionError(f"{{{name}}} must be a path{'' if required else ' or None'}, got an empty one", name)
 
 
 def _target(target: str | TargetSpec) -> TargetSpec:
@@ -453,13 +471,18 @@ def _input_shapes(shapes: Shapes | None) -> dict[str, tuple[int, ...]]:
     if shapes is not None and not isinstance(shapes, Mapping):
         raise OptionError(f"{{input_shapes}} maps input names to shapes, e.g. {{{{'input': (1, 3, 224, 224)}}}}, got {quoted(shapes)}",
                           "input_shapes")
+    import numbers
+
     for name, dims in (shapes or {}).items():
-        dims = tuple(dims) if isinstance(dims, (list, tuple)) else ()
-        if not isinstance(name, str) or not dims or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in dims):
+        # a numpy array or torch.Size of numpy integers is what a notebook has in hand
+        dims = tuple(dims) if isinstance(dims, (list, tuple)) or type(dims).__name__ in ("ndarray", "Size") else ()
+        if not isinstance(name, str) or not dims or any(
+            isinstance(d, bool) or not isinstance(d, numbers.Integral) or d <= 0 for d in dims
+        ):
             raise OptionError(
                 f"{{input_shapes}} maps input names to positive dimensions, got {quoted(name)}: {quoted(shapes[name])}", "input_shapes"
             )
-        fixed[name] = dims
+        fixed[name] = tuple(int(d) for d in dims)
     return fixed
 
 

@@ -281,7 +281,9 @@ def cmd_layers(args) -> int:
         print(decompose.format_table(layers))
         tunable = sum(1 for l in layers if l.tunable)
         flops = sum(l.flops * l.occurrences for l in layers)
-        amount = f"{flops / 1e9:.2f} GFLOP" if flops >= 1e8 else f"{flops / 1e6:.2f} MFLOP"  # a small model is no 0.00 GFLOP
+        # a small model is no 0.00 GFLOP, nor a tiny one 0.00 MFLOP
+        amount = (f"{flops / 1e9:.2f} GFLOP" if flops >= 1e8 else f"{flops / 1e6:.2f} MFLOP" if flops >= 1e4
+                  else f"{flops:,.0f} FLOP")
         batch = found["batch"]
         where = f"dimension {batch['axis']} of input {batch['input']!r}" if batch["input"] else "no input"
         print(f"{found['model']}: {len(layers)} layers ({tunable} tunable), {amount}; batch {batch['size']} ({where})")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError, OptionError, first_line
+from autotune.errors import AutotuneError, OptionError, first_line, quoted_text
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 9: "bool", 16: "bfloat16"}
 
@@ -151,10 +151,10 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-class InputShapeError(AutotuneError):
+class InputShapeError(OptionError):
     """Input shapes given for a model that names inputs it lacks, or gives one another
-    rank: said as ``--input-shape``'s fault, which a caller with shapes from elsewhere
-    (``run --check`` has a module's) says its own way."""
+    rank: said as ``input_shapes``' fault (``--input-shape`` on the command line), which a
+    caller with shapes from elsewhere (``run --check`` has a module's) says its own way."""
 
 
 def load_model(
@@ -262,7 +262,8 @@ def _pin_shapes(
     unknown = set(overrides) - {i.name for i in graph_inputs}
     if unknown:
         names = ", ".join(i.name for i in graph_inputs)
-        raise InputShapeError(f"--input-shape names unknown input(s) {', '.join(sorted(unknown))}; model inputs: {names}")
+        raise InputShapeError(f"{{input_shapes}} names unknown input(s) {quoted_text(', '.join(sorted(unknown)))}; "
+                              f"model inputs: {quoted_text(names)}", "input_shapes")
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, str] = {}
     for inp in graph_inputs:
@@ -272,7 +273,8 @@ def _pin_shapes(
             declared = list(ttype.shape.dim)
             if declared and len(declared) != len(overrides[inp.name]):
                 raise InputShapeError(
-                    f"--input-shape {inp.name} has rank {len(overrides[inp.name])}, the model's input has rank {len(declared)}"
+                    f"{{input_shapes}} {quoted_text(inp.name)} has rank {len(overrides[inp.name])}, the model's input has "
+                    f"rank {len(declared)}", "input_shapes",
                 )
             shapes[inp.name] = overrides[inp.name]
             continue
@@ -281,16 +283,17 @@ def _pin_shapes(
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(d.dim_value)
             else:
-                raise AutotuneError(
-                    f"input {inp.name!r} has a dynamic shape ({_shape_text(ttype.shape.dim)}); fix it with --input-shape {inp.name}=..."
+                raise OptionError(
+                    f"input {quoted_text(repr(inp.name))} has a dynamic shape ({quoted_text(_shape_text(ttype.shape.dim))}); "
+                    f"fix it with {{input_shapes}} {quoted_text(inp.name)}=...", "input_shapes",
                 )
         shapes[inp.name] = tuple(dims)
     for inp_name, shape in shapes.items():
         if max(shape, default=0) > MAX_DIMENSION:
             # a loop's extent past 32 bits wraps negative in TVM's schedules: tune stopped in
             # a ScheduleError traceback, after `layers` had reported 23 million GFLOP
-            raise InputShapeError(f"input {inp_name} has a dimension of {max(shape):,}, past the {MAX_DIMENSION:,} "
-                                  "a loop may run here")
+            raise InputShapeError(f"input {quoted_text(inp_name)} has a dimension of {max(shape):,}, past the "
+                                  f"{MAX_DIMENSION:,} a loop may run here", "input_shapes")
 
     if overrides or _computes_shapes(proto):
         proto = _simplify(proto, shapes)

@@ -432,18 +432,19 @@ def _twin_of(m: Measurement) -> Measurement:
 
 def _parse_rpc(text: str) -> tuple[str, int, str]:
     """``HOST:PORT:KEY``; an IPv6 host in brackets, as in URLs: ``[::1]:9190:h100``."""
-    from autotune.errors import AutotuneError
+    from autotune.errors import OptionError, quoted_text
 
-    usage = f"--rpc must be HOST:PORT:KEY of an RPC tracker (an IPv6 host in brackets: [::1]:9190:KEY), not {text!r}"
+    usage = OptionError(f"{{rpc}} must be HOST:PORT:KEY of an RPC tracker (an IPv6 host in brackets: [::1]:9190:KEY), "
+                        f"not {quoted_text(repr(text))}", "rpc")
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
         if not bracket or not rest.startswith(":"):
-            raise AutotuneError(usage)
+            raise usage
         parts = [host, *rest[1:].split(":")]
     else:
         parts = text.split(":")
     if len(parts) != 3 or not parts[0] or not parts[2] or not parts[1].isdigit() or not 0 < int(parts[1]) < 65536:
-        raise AutotuneError(usage)
+        raise usage
     return parts[0], int(parts[1]), parts[2]
 
 

@@ -133,10 +133,41 @@ def test_history_and_argument_type_errors_are_autotune_errors(tmp_path):
         (lambda: api.compile("resnet18", None), "out must be a path, got None"),
         (lambda: api.run(42), "module must be a path, got 42"),
         (lambda: api.info(history=3.5), "history must be a path or None, got 3.5"),
+        (lambda: api.info(history=" "), "history must be a path or None, got an empty one"),  # read as the working directory
+        # the CLI refused it; the API tuned on and lost every measurement with the database
+        (lambda: api.tune("resnet18", size=32, target="llvm", mlflow=False, history="sqlite://", trials=1),
+         "history sqlite://: an in-memory database ends when the tune closes it"),
+        (lambda: api.compile("resnet18", tmp_path / "m.so", target="llvm", size=32, history="sqlite://"),
+         "history sqlite:// is an in-memory database, new and empty"),
+        # said with the API's names, not the command line's flags
+        (lambda: api.tune("resnet18", size=32, target="llvm", mlflow=False, rpc="localhost", history=str(tmp_path / "r.db")),
+         "^rpc must be HOST:PORT:KEY"),
     ]:
         with pytest.raises(OptionError, match=words):
             call()
     assert not list(tmp_path.glob("*.db")) and not (tmp_path / "m.so").exists()
+
+
+def test_input_shapes_take_numpy_dimensions_and_are_named_as_the_api_names_them(tmp_path):
+    """np.int64 dimensions (a notebook's shape in hand) were refused; an unknown input
+    was said as --input-shape's fault to a Python caller."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+    )
+    model = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    assert api.layers(str(model), input_shapes={"x": tuple(np.array([2, 8]))})["inputs"] == {"x": (2, 8)}
+    assert api.layers(str(model), input_shapes={"x": np.array([3, 8])})["batch"]["size"] == 3
+    with pytest.raises(OptionError, match=r"^input_shapes names unknown input\(s\) z; model inputs: x$"):
+        api.layers(str(model), input_shapes={"z": (2, 8)})
+    with pytest.raises(OptionError, match=r"^input 'x' has a dynamic shape \(batchx8\); fix it with input_shapes x=\.\.\.$"):
+        api.layers(str(model))
 
 
 def test_defaults_pass():

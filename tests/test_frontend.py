@@ -260,7 +260,9 @@ def test_dynamic_dim_needs_input_shape(tmp_path):
     with pytest.raises(AutotuneError) as exc:
         load_model(path)
     msg = str(exc.value)
-    assert "--input-shape" in msg and "'x'" in msg and "Nx8" in msg
+    assert "input_shapes" in msg and "'x'" in msg and "Nx8" in msg
+    # the command line says it with its flag
+    assert "fix it with --input-shape x=..." in exc.value.spelled(lambda name: "--input-shape")
 
 
 def test_a_dynamic_shape_is_named_as_the_model_names_it(tmp_path):
