@@ -67,6 +67,10 @@ class Applied:
         return sum(1 for v in self.layers.values() if v["schedule"] == OTHER_BATCH)
 
 
+#: How many of a layer's fastest records compile tries, fastest first, for one that applies.
+RECORDS_TRIED = 10
+
+
 def history_target_key(store, target: TargetSpec) -> str:
     """Whose records a build for ``target`` applies. A target with its device here is
     its own key. Built for a device that is not here (``cuda:sm_90`` on a machine with
@@ -102,24 +106,32 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
     for layer in layers:
         entry: dict[str, Any] = {"workload_key": layer.workload_key, "schedule": "default", "record_id": None}
         applied.layers[layer.name] = entry
-        record = store.best(layer.workload_key, key) if store is not None else None
-        if record is not None and record.space_id.startswith(DEFAULT_SPACE_PREFIX):
-            entry["record_id"] = record.id
-            continue
+        ranked = store.fastest(layer.workload_key, key, limit=RECORDS_TRIED) if store is not None else []
 
         def space() -> MetaScheduleSpace:
             if layer.workload_key not in spaces:
                 spaces[layer.workload_key] = MetaScheduleSpace(layer.func, tvm_target, name=layer.name)
             return spaces[layer.workload_key]
 
-        if record is not None:
+        # the fastest record that applies: one that does not (a config no space holds,
+        # imported by hand) left the layer at TVM's default, with a better record unused
+        skipped: list[str] = []
+        for record in ranked:
+            if record.space_id.startswith(DEFAULT_SPACE_PREFIX):
+                entry["record_id"] = record.id
+                break
             func, note = _scheduled(space(), record)
             if func is None:
-                entry["note"] = note
+                skipped.append(f"#{record.id}: {note}")
                 continue
             mod.update_func(mod.get_global_var(layer.name), func)
             entry.update(schedule="history", record_id=record.id, latency=record.latency_median,
                          measured_configs=store.count_measured(layer.workload_key, key, space_id=record.space_id))
+            break
+        if skipped:
+            entry["note"] = ("faster records do not apply: " if entry["schedule"] == "history" or entry["record_id"]
+                             else "no record applies: ") + "; ".join(skipped)
+        if ranked:
             continue
         if store is None:
             continue
@@ -204,8 +216,10 @@ def _scheduled(space, record) -> tuple[Any, str | None]:
     and why it does not apply."""
     from autotune.templates import InvalidConfig
 
-    if record.space_id != space.space_id or not space.contains(record.config):
+    if record.space_id != space.space_id:
         return None, "history config is for another knob space version"
+    if not space.contains(record.config):  # said "another knob space version" of a value out of range
+        return None, "history config holds values this layer's knob space does not"
     try:
         scheduled = space.apply(record.config)["main"]
     except InvalidConfig as err:

@@ -645,18 +645,24 @@ class HistoryStore:
 
     def best(self, workload_key: str, target_key: str, *, space_id: str | None = None) -> Record | None:
         """Fastest usable record: status 'ok', not verified wrong, lowest median latency."""
+        ranked = self.fastest(workload_key, target_key, space_id=space_id, limit=1)
+        return ranked[0] if ranked else None
+
+    def fastest(self, workload_key: str, target_key: str, *, space_id: str | None = None, limit: int = 10) -> list[Record]:
+        """The ``limit`` fastest usable records, fastest first: where the best will not
+        apply (a config no space holds, imported by hand), the next one may."""
         r, w, t = schema.records, schema.workloads, schema.targets
         query = (
             self._record_query()
             .where(w.c.key == workload_key, t.c.key == target_key, self._usable())
             .order_by(r.c.latency_median, r.c.id)
-            .limit(1)
+            .limit(limit)
         )
         if space_id is not None:
             query = query.where(r.c.space_id == space_id)
         with self._read() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else self._record_from_row(row)
+            rows = conn.execute(query).all()
+        return [self._record_from_row(row) for row in rows]
 
     def best_at_other_batches(self, workload_key: str, batch_invariant_key: str, target_key: str) -> list[tuple[Record, float]]:
         """The best usable record of each *other* workload with this batch-invariant key

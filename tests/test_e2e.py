@@ -296,6 +296,30 @@ def test_compile_applies_history_and_output_matches_reference(tuned, workdir, ca
     assert result["latency_median_s"] > 0
 
 
+def test_compile_takes_the_fastest_record_that_applies(tuned, workdir, tmp_path, capsys):
+    """A hand-edited import's record faster than all, with a tile no space holds: compile
+    left its layer at TVM's default (445 us against a 27.6 us record in the trial), and
+    said its config was "for another knob space version"."""
+    import shutil
+
+    model, history, _ = tuned
+    edited = tmp_path / "edited.db"
+    shutil.copy(history, edited)
+    capsys.readouterr()
+    assert main(["compile", str(model), "--target", "llvm", "--history", str(edited), "-o", str(tmp_path / "a.so"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    name, entry = next((n, e) for n, e in summary["schedules"].items() if e["schedule"] == "history")
+    with open_history(str(edited)) as store:
+        good = store.best(entry["workload_key"], summary["target"])
+        config = {k: ([10**12, 1, 1, 1] if isinstance(v, list) else v) for k, v in good.config.items()}
+        bad = store.add_record(workload_key=good.workload_key, target_key=good.target_key, space_id=good.space_id,
+                               config=config, samples=[1e-8] * 3, status="ok", tuner="hand")
+    assert main(["compile", str(model), "--target", "llvm", "--history", str(edited), "-o", str(tmp_path / "b.so"), "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)["schedules"][name]
+    assert after["schedule"] == "history" and after["record_id"] == entry["record_id"]
+    assert after["note"] == f"faster records do not apply: #{bad}: history config holds values this layer's knob space does not"
+
+
 def test_mlflow_run_recorded(tuned, workdir):
     from mlflow.tracking import MlflowClient
 
