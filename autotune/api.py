@@ -207,6 +207,8 @@ def compile(
     _check_path(out, "out", required=True)
     _check_path(history, "history")
     check_choice(batch_norm, "batch_norm", BATCH_NORM_LAYERINGS)
+    if step is not None and not callable(step):  # step=5 failed mid-compile: 'int' object is not callable
+        raise OptionError(f"{{step}} must be a function of one str, or None, got {quoted(step)}", "step")
     shapes = _input_shapes(input_shapes)
     _check_model_size(size, batch_size)
     spec = _target(target)

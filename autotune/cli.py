@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time (of those history has no winner for)")
     p.add_argument("--high", type=float, default=0.8, help="match score from which the guided GA is used (default 0.8)")
     p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the tuners' own draws (default 0); which configs a tuner "
+                   "that learns from measurements proposes also follows the timings, which vary from run to run")
     p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate; the median is kept (default 5)")
     p.add_argument("--min-repeat-ms", type=int, default=20, metavar="MS",
                    help="each repeat calls the kernel until it has run this long (default 20)")
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="load an exported module, run it on seeded inputs, time it")
     p.add_argument("module", help="a .so written by 'autotune compile'")
     p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
     p.add_argument("--inputs", metavar="FILE.npz", help="run on these inputs (arrays named as the model's inputs) instead of seeded ones")
     p.add_argument("--save-outputs", metavar="FILE.npz", help="write the outputs there, named as the model names them")
     p.add_argument("--check", metavar="MODEL", help="compare outputs with the ONNX reference evaluator on this model (zoo name or .onnx)")
@@ -343,7 +344,9 @@ def cmd_run(args) -> int:
         atol=args.atol, save_outputs=args.save_outputs,
     )
     if args.json:
-        print(json.dumps(result))
+        from autotune.report import strict_json
+
+        print(json.dumps(strict_json(result), allow_nan=False))  # an infinite error (NaN against a number) as null
     else:
         print(f"{result['model']} on {result['target']} (inputs from {result['inputs_from']}): median {result['latency_median_s'] * 1e3:.3f} ms "
               f"(mean {result['latency_mean_s'] * 1e3:.3f} ms, std {result['latency_std_s'] * 1e3:.3f} ms, {result['repeat']}x{result['number']} runs)")
@@ -491,6 +494,12 @@ def _resolve_key(store, key: str) -> str:
             listed = ", ".join(f"{k} ({shapes[k]})" for k in matches[:5]) + (", ..." if len(matches) > 5 else "")
             raise AutotuneError(f"{len(matches)} workloads are layers named {key!r} (of other models or batch sizes): "
                                 f"{listed}; give the key")
+    if not matches:  # "no workload starts with 'fused_conv2d'" where three layer names did
+        from autotune.errors import AutotuneError
+
+        similar = sorted({n for n in names.values() if n.startswith(key)})
+        also = f"; layers named {', '.join(similar[:5])}{', ...' if len(similar) > 5 else ''} start so: give one whole" if similar else ""
+        raise AutotuneError(f"no workload key starts with {key!r} and no layer is named so{also} (see `autotune history ls`)")
     return _unique_prefix(key, matches, "workload", " (see `autotune history ls`)", labels=names)
 
 

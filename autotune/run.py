@@ -22,6 +22,9 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
         raise AutotuneError(f"module not found: {path}")
     meta_path = sidecar(path)
     if not meta_path.exists():
+        module = path.with_suffix("")
+        if path.suffix == ".json" and sidecar(module) == path and module.exists():  # `run m.so.json`
+            raise AutotuneError(f"{path} is the description of the module {module}: give the module itself")
         raise AutotuneError(f"{meta_path} is missing: it is written by 'autotune compile' next to the module")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))

@@ -39,7 +39,17 @@ def outputs_match(got: np.ndarray, want: np.ndarray, *, rtol: float = 1e-3, atol
 
 
 def max_abs_error(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.shape == want.shape else float("inf")
+    """The largest difference, a NaN (or an infinity) where both have one counted as
+    agreement (as :func:`outputs_match` counts it; an all-NaN output read "max abs error
+    nan"), and a NaN on one side alone as an infinite error."""
+    if got.shape != want.shape:
+        return float("inf")
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(a - b)
+    diff[(np.isnan(a) & np.isnan(b)) | (a == b)] = 0.0  # inf against inf is no error either
+    diff[np.isnan(diff)] = np.inf
+    return float(np.max(diff)) if diff.size else 0.0
 
 
 def random_args(func, seed: int = 0) -> list[np.ndarray]:

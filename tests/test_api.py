@@ -134,6 +134,7 @@ def test_history_and_argument_type_errors_are_autotune_errors(tmp_path):
         (lambda: api.run(42), "module must be a path, got 42"),
         (lambda: api.info(history=3.5), "history must be a path or None, got 3.5"),
         (lambda: api.info(history=" "), "history must be a path or None, got an empty one"),  # read as the working directory
+        (lambda: api.compile("resnet18", tmp_path / "m.so", target="llvm", size=32, step=5), "step must be a function"),
         # the CLI refused it; the API tuned on and lost every measurement with the database
         (lambda: api.tune("resnet18", size=32, target="llvm", mlflow=False, history="sqlite://", trials=1),
          "history sqlite://: an in-memory database ends when the tune closes it"),

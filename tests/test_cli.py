@@ -381,6 +381,23 @@ def test_a_layer_name_two_workloads_share_lists_their_shapes(capsys, populated_h
     assert f"{'ef' * 12} (1x64x56x56 64x64x3x3 -> 1x64x56x56)" in line
 
 
+def test_a_layer_name_given_in_part_says_which_layers_start_so(capsys, populated_history):
+    """"no workload in history starts with 'conv2d'" where a layer name did: only keys
+    are taken by prefix."""
+    path, _ = populated_history
+    line = _user_error(capsys, ["history", "show", "conv2d", "--history", path])
+    assert line.endswith("no workload key starts with 'conv2d' and no layer is named so; layers named conv2d1 start so: "
+                         "give one whole (see `autotune history ls`)")
+    line = _user_error(capsys, ["history", "show", "zzz", "--history", path])
+    assert line.endswith("no workload key starts with 'zzz' and no layer is named so (see `autotune history ls`)")
+
+
+def test_run_given_a_modules_description_asks_for_the_module(capsys, env, dyn_model):
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "m.so"]) == 0
+    capsys.readouterr()
+    _user_error(capsys, ["run", "m.so.json"], contains=("m.so.json is the description of the module m.so: give the module itself",))
+
+
 def test_history_show_and_best(capsys, populated_history):
     path, key = populated_history
     assert main(["history", "show", key[:6], "--history", path, "--json", "--limit", "2"]) == 0

@@ -639,3 +639,16 @@ def test_quiet_reporter_prints_nothing(capsys: pytest.CaptureFixture[str]) -> No
 def test_unknown_mode() -> None:
     with pytest.raises(ValueError):
         make_reporter("loud")  # type: ignore[arg-type]
+
+
+def test_max_abs_error_counts_a_nan_or_infinity_both_have_as_agreement() -> None:
+    """An all-NaN output against an all-NaN reference read "max abs error nan"."""
+    import numpy as np
+
+    from autotune.verify import max_abs_error, outputs_match
+
+    nan, inf = np.full(3, np.nan), np.array([np.inf, -np.inf, 1.0])
+    assert max_abs_error(nan, nan) == 0.0 and outputs_match(nan, nan)
+    assert max_abs_error(inf, inf) == 0.0 and outputs_match(inf, inf)
+    assert max_abs_error(np.array([1.0, np.nan]), np.array([1.0, 2.0])) == math.inf
+    assert max_abs_error(np.array([1.0, 2.0]), np.array([1.5, 2.0])) == 0.5
