@@ -505,11 +505,10 @@ def _resolve_key(store, key: str) -> str:
 
 def _shapes_of(descriptor: dict) -> str:
     """``1x64x56x56 64x64x3x3 -> 1x64x56x56``: a workload's operands and output, as stored."""
-    def text(shape) -> str:
-        return "x".join(map(str, shape)) if isinstance(shape, list) and shape else "scalar"
+    from autotune.decompose import shape_text
 
     operands = [*(descriptor.get("inputs") or []), *(descriptor.get("weights") or [])]
-    return f"{' '.join(text(s) for s in operands)} -> {text(descriptor.get('output'))}"
+    return f"{' '.join(shape_text(s) for s in operands)} -> {shape_text(descriptor.get('output') or [])}"
 
 
 def _unique_prefix(prefix: str, matches: list[str], what: str, hint: str = "", *, labels: dict[str, str] | None = None) -> str:

@@ -435,7 +435,7 @@ def _padding(blocks, rank: int = 2) -> list[int]:
     return [0] * rank
 
 
-def _shape_text(shape: list[int]) -> str:
+def shape_text(shape: list[int]) -> str:
     """``2x3x4``; a scalar is ``scalar`` (it printed as nothing, a double space in the row)."""
     return "x".join(map(str, shape)) if shape else "scalar"
 
@@ -468,7 +468,7 @@ def format_table(layers: list[Layer]) -> str:
     for col in ("#", "layer", "class", "shapes", "attrs", "epilogue", "MFLOP", "KB", "x", "key"):
         table.add_column(col, overflow="fold")
     for i, layer in enumerate(layers):
-        shapes = " ".join(_shape_text(s) for s in layer.inputs + layer.weights) + " -> " + _shape_text(layer.output)
+        shapes = " ".join(shape_text(s) for s in layer.inputs + layer.weights) + " -> " + shape_text(layer.output)
         attrs = ", ".join(f"{k}={v}" for k, v in layer.attrs.items())
         table.add_row(
             str(i),

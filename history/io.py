@@ -184,7 +184,7 @@ def export_text(data: bytes, name: str) -> str:
 def _is_sqlite_file(path: str) -> bool:
     try:
         with open(path, "rb") as fh:
-            return fh.read(16) == b"SQLite format 3\x00"
+            return fh.read(16) == _SQLITE_MAGIC
     except OSError:
         return False
 
