@@ -487,6 +487,11 @@ def _resolve_key(store, key: str) -> str:
     matches = [w.key for w in workloads if w.key.startswith(key)]
     if not matches:
         matches = [w.key for w in workloads if names[w.key] == key]
+        if not matches:
+            # history keeps the name a layer had in the first model tuned with it: the same
+            # kernel in a later model (ResNet-50's fused_conv2d10_add5_relu4 is ResNet-18's
+            # fused_conv2d4_add3_relu2) is found by the name its runs gave it
+            matches = sorted(_run_layer_names(store).get(key, set()) & set(names))
         if len(matches) > 1:
             from autotune.errors import AutotuneError
 
@@ -501,6 +506,16 @@ def _resolve_key(store, key: str) -> str:
         also = f"; layers named {', '.join(similar[:5])}{', ...' if len(similar) > 5 else ''} start so: give one whole" if similar else ""
         raise AutotuneError(f"no workload key starts with {key!r} and no layer is named so{also} (see `autotune history ls`)")
     return _unique_prefix(key, matches, "workload", " (see `autotune history ls`)", labels=names)
+
+
+def _run_layer_names(store) -> dict[str, set[str]]:
+    """Every layer name a run of this history gave, with the workload keys it named."""
+    found: dict[str, set[str]] = {}
+    for run in store.runs():
+        for layer in (run.get("summary") or {}).get("layers") or []:
+            if isinstance(layer, dict) and isinstance(layer.get("name"), str) and isinstance(layer.get("workload_key"), str):
+                found.setdefault(layer["name"], set()).add(layer["workload_key"])
+    return found
 
 
 def _shapes_of(descriptor: dict) -> str:

@@ -179,7 +179,7 @@ class RichReporter(Reporter):
         self._ensure_started()
         self._budgets.setdefault(name, int(trials))
         self._done.setdefault(name, 0)
-        score = "" if match_score is None else f" match {match_score:.2f}"
+        score = "" if match_score is None else f" match {math.floor(match_score * 100 + 1e-9) / 100:.2f}"  # as the table rounds it
         self._layer_tasks[name] = self._progress.add_task(
             f"  {name} [{tuner or 'no trials'}{score}]", total=max(int(trials), 1), best="best -"
         )

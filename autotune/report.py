@@ -209,6 +209,13 @@ def _fmt(value: Any, spec: str, suffix: str = "") -> str:
     return "-" if num is None else format(num, spec) + suffix
 
 
+def _fmt_match(score: Any) -> str:
+    """A match score to two places, rounded down: 0.795 read 0.80 beside the transfer
+    tuner it was given, as a guided GA's threshold of 0.8 would not have."""
+    num = _num(score)
+    return "-" if num is None else f"{math.floor(num * 100 + 1e-9) / 100:.2f}"
+
+
 def _fmt_model_latency(seconds: Any) -> str:
     num = _num(seconds)
     return "-" if num is None else f"{num * 1e3:.3f} ms"
@@ -312,7 +319,7 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         twins = report.get("measure_twins")
         reused = sum(_num(v) or 0 for v in twins.values()) if isinstance(twins, Mapping) else 0
         if reused:
-            caption += f", {reused:.0f} twin programs answered unmeasured"
+            caption += f", {reused:.0f} twin program{'' if reused == 1 else 's'} answered unmeasured"
     if report.get("run_id"):
         caption += f"  run {report['run_id']}"
 
@@ -335,7 +342,7 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         table.add_row(
             str(row["name"]),
             str(row["op_class"] or "-"),
-            _fmt(row["match_score"], ".2f"),
+            _fmt_match(row["match_score"]),
             _fmt_tuner(row),
             "-" if row["trials"] is None else str(row["trials"]),
             format_latency(None if row["best_latency_ms"] is None else row["best_latency_ms"] / 1e3),

@@ -62,7 +62,7 @@ class TuneOptions:
 
         for name in ("trials", "batch"):
             check_count(getattr(self, name), name)
-        check_count(self.min_trials, "min_trials", zero_ok=True)
+        check_count(self.min_trials, "min_trials")  # 0 ran as 1
         if self.max_layers is not None:
             check_count(self.max_layers, "max_layers")
         check_count(self.seed, "seed", zero_ok=True, maximum=INT64_MAX)
@@ -781,10 +781,12 @@ class _LayerTuning:
 def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str) -> str:
     """What a guided tuner's user is told when the history it draws on is shallow."""
     if depth["sources"] == 1:
-        held = f"1 similar layer, at {depth['nearest_similarity']:.2f}, with {depth['nearest_configs']} measured configs"
+        held = (f"1 similar layer, at {depth['nearest_similarity']:.2f}, with {depth['nearest_configs']} measured "
+                f"config{'' if depth['nearest_configs'] == 1 else 's'}")
         whose = "its"
     else:
-        held = (f"{depth['sources']} similar layers with a median of {depth['per_source_median']:g} measured configs each "
+        held = (f"{depth['sources']} similar layers with a median of {depth['per_source_median']:g} measured "
+                f"config{'' if depth['per_source_median'] == 1 else 's'} each "
                 f"(the most similar, at {depth['nearest_similarity']:.2f}, holds {depth['nearest_configs']})")
         whose = "their"
     return (f"{layer_name}: history is shallow, {held}; {tuner} may settle near {whose} unconverged winners (tuning the "

@@ -50,7 +50,9 @@ class MatchResult:
             "exact": self.exact,
             "best_record_id": self.best.id if self.best else None,
             "neighbours": [
-                {"workload_key": n.workload.key, "target_key": n.target_key, "similarity": round(n.similarity, 4)}
+                # the layer name history holds it under: a key alone sent the reader to `history ls`
+                {"workload_key": n.workload.key, "name": (n.workload.descriptor or {}).get("name"),
+                 "target_key": n.target_key, "similarity": round(n.similarity, 4)}
                 for n in self.neighbours
             ],
         }

@@ -24,7 +24,8 @@ from tests.test_e2e import _small_cnn
         ({"trials": 0}, "trials must be a positive integer, got 0"),
         ({"trials": 2.5}, "trials must be a positive integer, got 2.5"),
         ({"batch": -1}, "batch must be a positive integer"),
-        ({"min_trials": -1}, "min_trials must be 0 or more"),
+        ({"min_trials": -1}, "min_trials must be a positive integer"),
+        ({"min_trials": 0}, "min_trials must be a positive integer, got 0"),  # it ran as 1
         ({"max_layers": 0}, "max_layers must be a positive integer"),
         ({"seed": -3}, "seed must be 0 or more"),
         ({"tuner": "bogus"}, "tuner must be one of auto, random, xgb, tl_xgb, ga, gga, got 'bogus'"),

@@ -392,6 +392,21 @@ def test_a_layer_name_given_in_part_says_which_layers_start_so(capsys, populated
     assert line.endswith("no workload key starts with 'zzz' and no layer is named so (see `autotune history ls`)")
 
 
+def test_a_layer_is_found_by_the_name_a_later_models_run_gave_it(capsys, populated_history):
+    """History keeps the name a kernel had in the first model tuned with it; the same
+    kernel in ResNet-50, by the name its tune printed, was "no layer is named so"."""
+    from autotune.history import open_history
+
+    path, key = populated_history
+    with open_history(path) as store:
+        store.start_run("r50", model="resnet50", target_key="llvm:znver3:cpu", tuner="auto", params={})
+        store.finish_run("r50", "finished", {"layers": [{"name": "fused_conv2d10_add5_relu4", "workload_key": key}]})
+    assert main(["history", "show", "fused_conv2d10_add5_relu4", "--history", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workload"]["key"] == key
+    assert main(["history", "best", "fused_conv2d10_add5_relu4", "--history", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["config"] == {"i": 0}
+
+
 def test_run_given_a_modules_description_asks_for_the_module(capsys, env, dyn_model):
     assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "m.so"]) == 0
     capsys.readouterr()
