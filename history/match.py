@@ -35,6 +35,9 @@ class Neighbour:
     #: how much its records count against the tuned target's own: 1 on the same target
     target_weight: float = 1.0
     same_target: bool = True
+    #: why it is near: "same layer" (another target), "other batch" (the same layer at
+    #: another batch size, :data:`SAME_LAYER_OTHER_BATCH`), or "features" (similar shapes)
+    relation: str = "features"
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class MatchResult:
             "neighbours": [
                 # the layer name history holds it under: a key alone sent the reader to `history ls`
                 {"workload_key": n.workload.key, "name": (n.workload.descriptor or {}).get("name"),
-                 "target_key": n.target_key, "similarity": round(n.similarity, 4)}
+                 "target_key": n.target_key, "similarity": round(n.similarity, 4), "relation": n.relation}
                 for n in self.neighbours
             ],
         }
@@ -146,14 +149,15 @@ def match(
         if other is None or other.key in exclude:
             continue
         if other.key == workload.key:
-            sim = 1.0  # same layer measured on another target
+            sim, relation = 1.0, "same layer"  # measured on another target
         elif other.batch_invariant_key == workload.batch_invariant_key:
-            sim = SAME_LAYER_OTHER_BATCH
+            sim, relation = SAME_LAYER_OTHER_BATCH, "other batch"
         else:
-            sim = similarity(workload.features, other.features, weights)
+            sim, relation = similarity(workload.features, other.features, weights), "features"
         same = row["target_key"] == target_key
         weight = 1.0 if same else other_target_discount
-        candidates.append((Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same), int(row["n_ok"])))
+        candidates.append((Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same, relation),
+                           int(row["n_ok"])))
     # A layer this target has measured is taken from this target alone: another target's
     # records of it would only displace this target's records of other layers. With
     # both CPUs' histories of the same 30 layers, a `znver3` copy of a source layer took

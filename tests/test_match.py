@@ -205,6 +205,17 @@ def test_same_layer_other_batch_counts_as_near_exact(store):
     store.register_workload(b)
     _ok(store, "b", CPU)
     assert match(store, a, CPU.key).score == pytest.approx(SAME_LAYER_OTHER_BATCH)
+    # the report says why it is near, and by the name history holds it under (a bare key
+    # and 0.95 did not say it was the same layer at another batch size)
+    near, other = _wl("n", "in", [0.0, 5.5]), _wl("x", "ix", [0.0, 5.0])
+    store.register_workload(near)
+    _ok(store, "n", CPU)
+    store.register_workload(other)
+    _ok(store, "x", GPU)
+    neighbours = {n["workload_key"]: n for n in match(store, a, CPU.key).to_dict()["neighbours"]}
+    assert (neighbours["b"]["relation"], neighbours["b"]["name"]) == ("other batch", "b")
+    assert neighbours["n"]["relation"] == "features"
+    assert neighbours["x"]["relation"] == "features" and neighbours["x"]["target_key"] == GPU.key
 
 
 def test_similarity_weights_and_op_class(store):
