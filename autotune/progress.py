@@ -222,12 +222,13 @@ class RichReporter(Reporter):
         speedup = summary.get("speedup")
         if isinstance(speedup, (int, float)) and math.isfinite(speedup):
             parts.append(f"{speedup:.2f}x vs default")
-        self.console.print("[green]done[/green] " + escape("  ".join(parts)))
+        # soft_wrap: no breaks of rich's own (at 80 columns into a log, a lone "default" line)
+        self.console.print("[green]done[/green] " + escape("  ".join(parts)), soft_wrap=True)
 
     def message(self, text: str) -> None:
         from rich.markup import escape
 
-        self.console.print(escape(text))
+        self.console.print(escape(text), soft_wrap=True)
 
     def close(self) -> None:
         if self._started and not self._closed:

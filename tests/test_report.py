@@ -595,6 +595,23 @@ def test_rich_reporter_names_a_layer_the_budget_did_not_reach() -> None:
     assert lines == ["done conv_a  no budget left  0 trials", "done conv_b  reuse  0 trials"]
 
 
+def test_rich_reporter_lines_are_not_broken_into_a_log() -> None:
+    """Written to a file (no terminal), rich broke lines at 80 columns: a layer's "done"
+    line left a lone "default" on the next, and a long note came in pieces."""
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    name = "fused_conv2d20_add14_add15_relu11_and_a_name_long_enough_to_pass_eighty_columns"
+    reporter.start_model("m", [(name, 4)])
+    reporter.start_layer(name, 4, "tl_xgb", 0.66)
+    reporter.message(f"{name}: history is shallow, " + "and this note goes on " * 6)
+    reporter.end_layer(name, {"tuner": "tl_xgb", "dispatch": "transfer", "budget": 4, "trials": 4, "best_latency": 1.97e-4,
+                              "speedup": 11.8})
+    reporter.close()
+    lines = buf.getvalue().splitlines()
+    assert f"done {name}  tl_xgb  4 trials  best 197.0 us  11.80x vs default" in lines
+    assert any(line.startswith(f"{name}: history is shallow") and line.rstrip().endswith("goes on") for line in lines)
+
+
 def _drive_by_turns(reporter: Reporter) -> None:
     """An adaptive split: budgets unknown up front, layers given trials by turns."""
     reporter.start_model("m", [("conv_a", None), ("conv_b", None)], total=12)
