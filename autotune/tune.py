@@ -155,6 +155,9 @@ class TuneSession:
         self._interrupts = interrupt_mark()
         #: configs measured this run per op class: new evidence a cold layer's match may gain
         self._measured_by_class: dict[str, int] = {}
+        #: whether this run has said in full what a shallow history means (once is enough:
+        #: a 48-trial ResNet-50 tune printed the same advice 19 times)
+        self._told_shallow = False
 
     def measurer(self):
         """The session's measurer, made on first use: its build workers start then, so a
@@ -502,7 +505,12 @@ class TuneSession:
         depth = source_depth(priors)
         out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors), **depth}
         if is_shallow(depth) and decision.tuner in ("gga", "tl_xgb"):
-            self.reporter.message(shallow_history_message(layer.name, depth, decision.tuner))
+            self.reporter.message(shallow_history_message(layer.name, depth, decision.tuner, brief=self._told_shallow))
+            self._told_shallow = True
+        elif not m.neighbours and decision.dispatch == "override" and decision.tuner in ("gga", "tl_xgb"):
+            # --tuner gga on a history with nothing like the layer: it starts as a cold one would
+            self.reporter.message(f"{layer.name}: {decision.tuner} has no history to draw on (nothing like this layer "
+                                  "measured on this target); it starts from its own first draws")
         tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())
         earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
         tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
@@ -778,8 +786,9 @@ class _LayerTuning:
     others_at_match: int = 0
 
 
-def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str) -> str:
-    """What a guided tuner's user is told when the history it draws on is shallow."""
+def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, *, brief: bool = False) -> str:
+    """What a guided tuner's user is told when the history it draws on is shallow; with
+    ``brief``, what history holds and no more (the advice was given for an earlier layer)."""
     if depth["sources"] == 1:
         held = (f"1 similar layer, at {depth['nearest_similarity']:.2f}, with {depth['nearest_configs']} measured "
                 f"config{'' if depth['nearest_configs'] == 1 else 's'}")
@@ -789,6 +798,8 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str) 
                 f"config{'' if depth['per_source_median'] == 1 else 's'} each "
                 f"(the most similar, at {depth['nearest_similarity']:.2f}, holds {depth['nearest_configs']})")
         whose = "their"
+    if brief:
+        return f"{layer_name}: history is shallow too, {held}"
     return (f"{layer_name}: history is shallow, {held}; {tuner} may settle near {whose} unconverged winners (tuning the "
             "most similar layer longer is what deepens it where it counts)"
             + ("; gga hands the layer to tl_xgb after its first population" if tuner == "gga" else ""))

@@ -202,6 +202,19 @@ def test_tune_says_where_it_wrote_the_module(tmp_path, capsys):
     assert (tmp_path / "m.so").is_file()
 
 
+def test_a_guided_tuner_asked_for_on_an_empty_history_says_it_has_none(tmp_path, capsys):
+    """`--tuner tl_xgb` on a fresh history ran the layer as "tl_xgb (override)" at a 0.00
+    match, with no word that it had nothing to transfer from."""
+    model = _small_cnn(tmp_path / "small.onnx")
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "4", "--tuner", "tl_xgb", "--max-layers", "1",
+                 "--history", str(tmp_path / "h.db"), "--no-mlflow", "--no-verify", "--no-model-latency", "--json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    notes = [e["text"] for e in events if e.get("event") == "message" and "has no history to draw on" in e.get("text", "")]
+    (layer,) = [l for l in events[-1]["layers"] if l["trials"]]
+    assert notes == [f"{layer['name']}: tl_xgb has no history to draw on (nothing like this layer measured on this "
+                     "target); it starts from its own first draws"]
+
+
 def test_a_run_started_beside_a_tune_counts_as_concurrent_in_its_report_too(tmp_path):
     """Two tunes at once: only the second said so (``concurrent_runs``), the first having
     looked when it began, before the second had; its timings were shared all the same."""
