@@ -222,18 +222,3 @@ def test_a_layer_whose_configs_all_ran_slower_than_its_default_weighs_its_defaul
     assert given[:2] == [("mean", 4), ("dense", 4)]
     assert sum(n for name, n in given if name == "dense") == 12
 
-
-def test_the_shallow_history_advice_is_given_once_then_only_what_history_holds():
-    """A 48-trial ResNet-50 tune printed the same advice for 19 layers; after the first,
-    a layer's note says what history holds for it, and "1 measured configs" is singular."""
-    from autotune.tune import shallow_history_message
-
-    depth = {"sources": 3, "per_source_median": 1, "nearest_similarity": 0.81, "nearest_configs": 1}
-    full = shallow_history_message("conv_a", depth, "gga")
-    assert full.startswith("conv_a: history is shallow, 3 similar layers with a median of 1 measured config each")
-    assert "unconverged winners" in full and "gga hands the layer to tl_xgb" in full
-    brief = shallow_history_message("conv_b", depth, "gga", brief=True)
-    assert brief == ("conv_b: history is shallow too, 3 similar layers with a median of 1 measured config each "
-                     "(the most similar, at 0.81, holds 1)")
-    one = shallow_history_message("conv_c", {**depth, "sources": 1, "nearest_configs": 1}, "tl_xgb", brief=True)
-    assert one == "conv_c: history is shallow too, 1 similar layer, at 0.81, with 1 measured config"
