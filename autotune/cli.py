@@ -419,9 +419,14 @@ def cmd_history_ls(args) -> int:
     with open_history(args.history, create=False, readonly=True) as store:
         rows = store.summary()
         workloads = {w.key: w for w in store.workloads()}
+        models: dict[str, set[str]] = {}
+        for model, _, key in _run_layers(store):
+            models.setdefault(key, set()).add(model)
     for r in rows:  # the layer name the text shows, in the JSON too
         w = workloads.get(r["workload_key"])
         r["layer"] = w.descriptor.get("name", "") if w else ""
+        # which models' tunes met it: the layer name is the first model's alone
+        r["models"] = sorted(models.get(r["workload_key"], ()))
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -430,12 +435,22 @@ def cmd_history_ls(args) -> int:
         return 0
     # the target key whole (an H100's was cut to 'cuda:sm_90:NVIDIA-H100-80GB-')
     width = max(28, *(len(r["target_key"]) for r in rows))
-    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<{width}} {'records':>7} {'ok':>5} {'best':>10}")
+    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<{width}} {'records':>7} {'ok':>5} {'best':>10}  models")
     for r in rows:
         best = format_latency(r["best_latency"])
         print(f"{r['workload_key']:<26} {r['op_class']:<17} {r['layer'][:34]:<34} {r['target_key']:<{width}} {r['n_records']:>7} "
-              f"{r['n_ok']:>5} {best:>10}")
+              f"{r['n_ok']:>5} {best:>10}  {','.join(r['models']) or '-'}")
     return 0
+
+
+def _run_layers(store) -> list[tuple[str, str, str]]:
+    """(model, layer name, workload key) of every layer a run of this history named."""
+    return [
+        (str(run.get("model")), layer["name"], layer["workload_key"])
+        for run in store.runs()
+        for layer in (run.get("summary") or {}).get("layers") or []
+        if isinstance(layer, dict) and isinstance(layer.get("name"), str) and isinstance(layer.get("workload_key"), str)
+    ]
 
 
 def cmd_history_runs(args) -> int:
@@ -491,7 +506,7 @@ def _resolve_key(store, key: str) -> str:
             # history keeps the name a layer had in the first model tuned with it: the same
             # kernel in a later model (ResNet-50's fused_conv2d10_add5_relu4 is ResNet-18's
             # fused_conv2d4_add3_relu2) is found by the name its runs gave it
-            matches = sorted(_run_layer_names(store).get(key, set()) & set(names))
+            matches = sorted({k for _, name, k in _run_layers(store) if name == key} & set(names))
         if len(matches) > 1:
             from autotune.errors import AutotuneError
 
@@ -506,16 +521,6 @@ def _resolve_key(store, key: str) -> str:
         also = f"; layers named {', '.join(similar[:5])}{', ...' if len(similar) > 5 else ''} start so: give one whole" if similar else ""
         raise AutotuneError(f"no workload key starts with {key!r} and no layer is named so{also} (see `autotune history ls`)")
     return _unique_prefix(key, matches, "workload", " (see `autotune history ls`)", labels=names)
-
-
-def _run_layer_names(store) -> dict[str, set[str]]:
-    """Every layer name a run of this history gave, with the workload keys it named."""
-    found: dict[str, set[str]] = {}
-    for run in store.runs():
-        for layer in (run.get("summary") or {}).get("layers") or []:
-            if isinstance(layer, dict) and isinstance(layer.get("name"), str) and isinstance(layer.get("workload_key"), str):
-                found.setdefault(layer["name"], set()).add(layer["workload_key"])
-    return found
 
 
 def _shapes_of(descriptor: dict) -> str:

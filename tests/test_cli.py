@@ -236,7 +236,8 @@ def test_compile_refuses_a_bad_size(capsys, env, tmp_path):
 
 
 def test_negative_min_trials(capsys, env):
-    _user_error(capsys, _tune("--target", "llvm", "--min-trials", "-1"), contains=("--min-trials must be 0 or more",))
+    for value in ("-1", "0"):  # 0 ran as 1
+        _user_error(capsys, _tune("--target", "llvm", "--min-trials", value), contains=("--min-trials must be a positive integer",))
     assert not (env / "tune.db").exists()
 
 
@@ -405,6 +406,12 @@ def test_a_layer_is_found_by_the_name_a_later_models_run_gave_it(capsys, populat
     assert json.loads(capsys.readouterr().out)["workload"]["key"] == key
     assert main(["history", "best", "fused_conv2d10_add5_relu4", "--history", path, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["config"] == {"i": 0}
+    # and `history ls` says which models' tunes met each workload
+    assert main(["history", "ls", "--history", path, "--json"]) == 0
+    assert [r["models"] for r in json.loads(capsys.readouterr().out) if r["workload_key"] == key] == [["resnet50"]]
+    assert main(["history", "ls", "--history", path]) == 0
+    header, *rows = capsys.readouterr().out.strip().splitlines()
+    assert header.endswith("  models") and rows[0].endswith("  resnet50")
 
 
 def test_run_given_a_modules_description_asks_for_the_module(capsys, env, dyn_model):
