@@ -444,13 +444,17 @@ def cmd_history_ls(args) -> int:
 
 
 def _run_layers(store) -> list[tuple[str, str, str]]:
-    """(model, layer name, workload key) of every layer a run of this history named."""
-    return [
-        (str(run.get("model")), layer["name"], layer["workload_key"])
-        for run in store.runs()
-        for layer in (run.get("summary") or {}).get("layers") or []
-        if isinstance(layer, dict) and isinstance(layer.get("name"), str) and isinstance(layer.get("workload_key"), str)
-    ]
+    """(model, layer name, workload key) of every layer a run of this history named. A
+    summary holds anything a run or an import put there (a count of layers, say): only a
+    list of layer entries is read."""
+    found = []
+    for run in store.runs():
+        summary = run.get("summary")
+        layers = summary.get("layers") if isinstance(summary, dict) else None
+        for layer in layers if isinstance(layers, list) else []:
+            if isinstance(layer, dict) and isinstance(layer.get("name"), str) and isinstance(layer.get("workload_key"), str):
+                found.append((str(run.get("model")), layer["name"], layer["workload_key"]))
+    return found
 
 
 def cmd_history_runs(args) -> int:

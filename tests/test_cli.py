@@ -402,6 +402,8 @@ def test_a_layer_is_found_by_the_name_a_later_models_run_gave_it(capsys, populat
     with open_history(path) as store:
         store.start_run("r50", model="resnet50", target_key="llvm:znver3:cpu", tuner="auto", params={})
         store.finish_run("r50", "finished", {"layers": [{"name": "fused_conv2d10_add5_relu4", "workload_key": key}]})
+        store.start_run("odd", model="m", target_key="llvm:znver3:cpu", tuner="auto", params={})
+        store.finish_run("odd", "finished", {"layers": 1})  # a summary is free-form: not read as layers
     assert main(["history", "show", "fused_conv2d10_add5_relu4", "--history", path, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["workload"]["key"] == key
     assert main(["history", "best", "fused_conv2d10_add5_relu4", "--history", path, "--json"]) == 0
