@@ -179,7 +179,9 @@ class RichReporter(Reporter):
         self._ensure_started()
         self._budgets.setdefault(name, int(trials))
         self._done.setdefault(name, 0)
-        score = "" if match_score is None else f" match {math.floor(match_score * 100 + 1e-9) / 100:.2f}"  # as the table rounds it
+        from autotune.report import format_match  # light module; as the table rounds it
+
+        score = "" if match_score is None else f" match {format_match(match_score)}"
         self._layer_tasks[name] = self._progress.add_task(
             f"  {name} [{tuner or 'no trials'}{score}]", total=max(int(trials), 1), best="best -"
         )

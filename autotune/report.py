@@ -209,7 +209,7 @@ def _fmt(value: Any, spec: str, suffix: str = "") -> str:
     return "-" if num is None else format(num, spec) + suffix
 
 
-def _fmt_match(score: Any) -> str:
+def format_match(score: Any) -> str:
     """A match score to two places, rounded down: 0.795 read 0.80 beside the transfer
     tuner it was given, as a guided GA's threshold of 0.8 would not have."""
     num = _num(score)
@@ -342,7 +342,7 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         table.add_row(
             str(row["name"]),
             str(row["op_class"] or "-"),
-            _fmt_match(row["match_score"]),
+            format_match(row["match_score"]),
             _fmt_tuner(row),
             "-" if row["trials"] is None else str(row["trials"]),
             format_latency(None if row["best_latency_ms"] is None else row["best_latency_ms"] / 1e3),
