@@ -53,7 +53,9 @@ class ModelSpec:
         take read as TVM's own trouble."""
         if not self.given_shapes:
             return ""
-        given = " ".join(f"{k}={'x'.join(map(str, self.input_shapes[k]))}" for k in self.given_shapes)
+        from autotune.decompose import shape_text
+
+        given = " ".join(f"{k}={shape_text(list(self.input_shapes[k]))}" for k in self.given_shapes)
         declared = ", ".join(f"{k} as {v}" for k, v in self.given_shapes.items())
         return (f" (at --input-shape {given}; the model declares {declared}, and an export may fix in its "
                 "graph a dimension it declares dynamic: do these shapes suit it?)")

@@ -191,8 +191,10 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
             params[key] = report[key]
     inputs = report.get("inputs")
     if isinstance(inputs, Mapping):  # dqn at --size 36 and at 44 read alike without it
+        from autotune.decompose import shape_text
+
         params["input_shapes"] = " ".join(
-            f"{name}={'x'.join(map(str, info.get('shape') or []))}" for name, info in inputs.items() if isinstance(info, Mapping)
+            f"{name}={shape_text(list(info.get('shape') or []))}" for name, info in inputs.items() if isinstance(info, Mapping)
         )
     batch = report.get("batch")
     if isinstance(batch, Mapping) and batch.get("size") is not None:
@@ -563,17 +565,15 @@ class MlflowTracker(Tracker):
             self._client.set_terminated(self._parent, status)
 
 
+def layer_params(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """A layer's MLflow params from its report entry (a finished layer's, or what a
+    stopped tune knows of an open one)."""
+    return {key: layer.get(key) for key in ("tuner", "op_class", "workload_key", "occurrences", "trials")}
+
+
 def _layer_metrics(tracker: Tracker, layer: Mapping[str, Any], replay_curve: bool) -> None:
     """Per-layer params/tags/metrics from a report entry on the tracker's current (layer) run."""
-    tracker.log_params(
-        {
-            "tuner": layer.get("tuner"),
-            "op_class": layer.get("op_class"),
-            "workload_key": layer.get("workload_key"),
-            "occurrences": layer.get("occurrences"),
-            "trials": layer.get("trials"),
-        }
-    )
+    tracker.log_params(layer_params(layer))
     rematched = layer.get("rematched") or {}
     handed = layer.get("handed_over") or {}
     score = layer.get("match_score")

@@ -605,13 +605,11 @@ class TuneSession:
         """What is known of the layers a stopped tune left open, on their MLflow runs: a
         layer's run held its class alone (its params come with the report at the end),
         beside finished ones' six."""
+        from autotune.tracking import layer_params
+
         for name, run in open_.items():
-            out = run.out
             try:
-                self.tracker.log_params({
-                    "tuner": out.get("tuner"), "workload_key": out.get("workload_key"), "occurrences": out.get("occurrences"),
-                    "trials": out.get("trials"), "trials_budget": out.get("budget"),
-                }, layer=name)
+                self.tracker.log_params({**layer_params(run.out), "trials_budget": run.out.get("budget")}, layer=name)
             except Exception:  # a store gone with the tune must not hide why it stopped
                 pass
 
