@@ -113,6 +113,15 @@ def tune(
     report is written to ``out_dir`` (default ``~/.autotune/runs/RUN_ID``, given back as
     ``report_dir``) and, with ``mlflow``, logged as an MLflow run (``mlflow_run_id``) in
     ``mlflow_experiment`` (default ``$MLFLOW_EXPERIMENT_NAME`` or ``autotune``). With ``out``, the tuned model is compiled and exported there too (``export``).
+
+    The report (also ``report.json`` in ``report_dir``) holds, among others: ``run_id``
+    (what ``report(...)`` and ``autotune history runs`` know it by), ``model``,
+    ``inputs`` (the shapes tuned), ``batch``, ``target``, ``budget``, ``options`` (every
+    option as given), ``model_latency_before`` / ``model_latency_after`` (seconds, or
+    None when not timed), ``measure_seconds`` and ``layers``: one dict per tunable layer
+    with ``name``, ``op_class``, ``workload_key``, ``match_score``, ``dispatch`` (exact,
+    guided, transfer, cold or override), ``tuner``, ``trials``, ``best_latency`` and
+    ``default_latency`` (seconds) and ``curve`` ([trial, best latency so far] pairs).
     """
     from autotune.progress import make_reporter
     from autotune.report import run_dir
@@ -306,21 +315,23 @@ def run(
             try:
                 model = load_model(check, input_shapes=shapes)
             except InputShapeError:
-                takes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in shapes.items())
-                raise AutotuneError(f"--check {check} does not take this module's inputs ({takes}); "
-                                    f"is the module compiled from {check}?") from None
+                from autotune.decompose import shape_text
+
+                takes = ", ".join(f"{k} {shape_text(list(v))}" for k, v in shapes.items())
+                raise OptionError("{check} " + quoted_text(f"{check} does not take this module's inputs ({takes}); is the "
+                                                          f"module compiled from {check}?"), "check") from None
         # a float16 module against the float32 model (or back) would only say MISMATCH
         for name, info in meta["inputs"].items():
             ours, theirs = info.get("dtype", "float32"), model.input_dtypes.get(name)
             if theirs is not None and ours != theirs:
                 how = (f" (`autotune zoo export {check} --dtype {ours}` writes the zoo's)" if is_zoo_name(check) and ours in HALF_TYPES
                        else "")
-                raise AutotuneError(f"--check {check} takes {name} as {theirs}, this module as {ours}: check it against "
-                                    f"the model in {ours} it was compiled from{how}")
+                raise OptionError("{check} " + quoted_text(f"{check} takes {name} as {theirs}, this module as {ours}: check "
+                                                          f"it against the model in {ours} it was compiled from{how}"), "check")
         try:
             want = onnx_reference(model.proto, feed)
         except Exception as err:  # the evaluator's own errors: a model that does not take these inputs
-            raise AutotuneError(_reference_failure(check, err)) from None
+            raise OptionError(_reference_failure(check, err), "check") from None
         errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
         matched = [outputs_match(g, w, rtol=rtol, atol=atol, widen=widen) for g, w in zip(outputs, want)]
         names = output_names(meta, len(outputs))
@@ -489,18 +500,21 @@ def _input_shapes(shapes: Shapes | None) -> dict[str, tuple[int, ...]]:
 
 
 def _reference_failure(check: str, err: Exception) -> str:
-    """Why ``run --check`` has no reference. An error ONNX's evaluator pins on one of its
-    operators (its NonMaxSuppression takes no model's scalar inputs) is the evaluator's:
-    asking whether the module was compiled from the model, as for any other, misled."""
+    """Why ``run --check`` has no reference, as an :class:`OptionError` template. An error
+    ONNX's evaluator pins on one of its operators (its NonMaxSuppression takes no model's
+    scalar inputs) is the evaluator's: asking whether the module was compiled from the
+    model, as for any other, misled."""
     import re
 
     line = f"{type(err).__name__}: {first_line(err)}"
     operator = re.search(r"\(operator '([^']+)'\)", line)
     if operator:
-        return (f"--check {check}: ONNX's reference evaluator failed in the model's {operator.group(1)} operator "
+        text = (f"{check}: ONNX's reference evaluator failed in the model's {operator.group(1)} operator "
                 f"({line}), so this module's outputs cannot be checked against it")
-    return (f"--check {check}: ONNX's reference evaluator could not run it on the module's inputs "
-            f"({line}); is the module compiled from {check}?")
+    else:
+        text = (f"{check}: ONNX's reference evaluator could not run it on the module's inputs "
+                f"({line}); is the module compiled from {check}?")
+    return "{check} " + quoted_text(text)
 
 
 def _check_model_size(size: int | None, batch_size: int | None) -> None:

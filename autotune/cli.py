@@ -382,6 +382,7 @@ def cmd_info(args) -> int:
 
 def cmd_zoo_list(args) -> int:
     from autotune import zoo
+    from autotune.decompose import shape_text
 
     entries = zoo.list_models()
     if args.json:
@@ -389,7 +390,7 @@ def cmd_zoo_list(args) -> int:
                            "input": list(e.input_shape(1, e.default_size)), "input_dtype": e.input_dtype} for e in entries]))
     else:
         for e in entries:
-            shape = "x".join(map(str, e.input_shape(1, e.default_size))) + ("" if e.input_dtype == "float32" else f" {e.input_dtype}")
+            shape = shape_text(list(e.input_shape(1, e.default_size))) + ("" if e.input_dtype == "float32" else f" {e.input_dtype}")
             print(f"{e.name:<12} {shape:<16} {e.description}")
     return 0
 

@@ -48,17 +48,26 @@ class ModelSpec:
     given_shapes: dict[str, str] = field(default_factory=dict)
 
     def given_shapes_hint(self) -> str:
-        """`` (at --input-shape x=2x20x64; the model declares x as batchx16x64 ...)``, or
+        """`` (at {input_shapes} x=2x20x64; the model declares x as batchx16x64 ...)``, or
         "" where no shape was given: a failure deep in TVM at a shape the model does not
-        take read as TVM's own trouble."""
+        take read as TVM's own trouble. A template for :meth:`failure`, which names the
+        option as the caller spells it (``--input-shape``, ``input_shapes``)."""
         if not self.given_shapes:
             return ""
         from autotune.decompose import shape_text
 
         given = " ".join(f"{k}={shape_text(list(self.input_shapes[k]))}" for k in self.given_shapes)
         declared = ", ".join(f"{k} as {v}" for k, v in self.given_shapes.items())
-        return (f" (at --input-shape {given}; the model declares {declared}, and an export may fix in its "
-                "graph a dimension it declares dynamic: do these shapes suit it?)")
+        return (f" (at {{input_shapes}} {quoted_text(given)}; the model declares {quoted_text(declared)}, and an "
+                "export may fix in its graph a dimension it declares dynamic: do these shapes suit it?)")
+
+    def failure(self, message: str) -> AutotuneError:
+        """``message`` with :meth:`given_shapes_hint`: an error that names the shapes given
+        by the option they were given with."""
+        from autotune.errors import OptionError, quoted_text
+
+        hint = self.given_shapes_hint()
+        return OptionError(quoted_text(message) + hint, "input_shapes") if hint else AutotuneError(message)
 
     def inputs_description(self) -> dict[str, dict[str, Any]]:
         """Each input's shape, dtype and, for ids into a table, the table's length: what an
@@ -147,8 +156,10 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
                 f"bad --input-shape {item!r}: expected NAME=DxDx..., e.g. input=1x3x224x224"
             ) from None
         if name in shapes and shapes[name] != shape:  # the last one given won, unsaid
-            raise AutotuneError(f"--input-shape {name} given twice, as {'x'.join(map(str, shapes[name]))} and "
-                                f"{'x'.join(map(str, shape))}")
+            from autotune.decompose import shape_text
+
+            raise AutotuneError(f"--input-shape {name} given twice, as {shape_text(list(shapes[name]))} and "
+                                f"{shape_text(list(shape))}")
         shapes[name] = shape
     return shapes
 
@@ -409,9 +420,9 @@ def to_relax(spec: ModelSpec):
         else:
             converting = re.match(r"Error converting operator (\w+)", printed.getvalue())
             where = f" at {converting.group(1)}" if converting else ""
-            message = f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}{spec.given_shapes_hint()}"
+            message = f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}"
         _drop_quietly(err)
-        raise AutotuneError(message) from None
+        raise (AutotuneError(message) if isinstance(err, tvm.error.OpNotImplemented) else spec.failure(message)) from None
     sys.stdout.write(printed.getvalue())
     return mod
 
@@ -535,4 +546,4 @@ def load_and_fuse(model: str, *, batch_norm: str = DEFAULT_BATCH_NORM, **kwargs)
     except AutotuneError as err:
         if not spec.given_shapes:
             raise
-        raise AutotuneError(f"{err}{spec.given_shapes_hint()}") from None
+        raise spec.failure(str(err)) from None

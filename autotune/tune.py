@@ -504,14 +504,15 @@ class TuneSession:
         priors = priors_from_match(self.store, m, space=space, lanes=float_lanes(self.target.kind, self.target.arch))
         depth = source_depth(priors)
         out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors), **depth}
+        tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())
         if is_shallow(depth) and decision.tuner in ("gga", "tl_xgb"):
-            self.reporter.message(shallow_history_message(layer.name, depth, decision.tuner, brief=self._told_shallow))
+            self.reporter.message(shallow_history_message(layer.name, depth, decision.tuner, brief=self._told_shallow,
+                                                          handover=getattr(tuner, "handover", 0)))
             self._told_shallow = True
         elif not m.neighbours and decision.dispatch == "override" and decision.tuner in ("gga", "tl_xgb"):
             # --tuner gga on a history with nothing like the layer: it starts as a cold one would
             self.reporter.message(f"{layer.name}: {decision.tuner} has no history to draw on (nothing like this layer "
                                   "measured on this target); it starts from its own first draws")
-        tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())
         earlier = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
         tuner.tell([TrialResult(r.config, r.latency_median, r.status) for r in earlier if space.contains(r.config)])
         return tuner, earlier
@@ -784,9 +785,12 @@ class _LayerTuning:
     others_at_match: int = 0
 
 
-def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, *, brief: bool = False) -> str:
+def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, *, brief: bool = False,
+                            handover: int = 0) -> str:
     """What a guided tuner's user is told when the history it draws on is shallow; with
-    ``brief``, what history holds and no more (the advice was given for an earlier layer)."""
+    ``brief``, what history holds and no more (the advice was given for an earlier layer).
+    ``handover``: the trials after which the guided GA gives the layer to transfer
+    XGBoost (0: never); said with its count, as a probe's one trial never gets there."""
     if depth["sources"] == 1:
         held = (f"1 similar layer, at {depth['nearest_similarity']:.2f}, with {depth['nearest_configs']} measured "
                 f"config{'' if depth['nearest_configs'] == 1 else 's'}")
@@ -800,7 +804,7 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, 
         return f"{layer_name}: history is shallow too, {held}"
     return (f"{layer_name}: history is shallow, {held}; {tuner} may settle near {whose} unconverged winners (tuning the "
             "most similar layer longer is what deepens it where it counts)"
-            + ("; gga hands the layer to tl_xgb after its first population" if tuner == "gga" else ""))
+            + (f"; after {handover} trials (its first population) gga hands the layer to tl_xgb" if handover else ""))
 
 
 def _other_local_pid(run: dict[str, Any]) -> int | None:

@@ -4,6 +4,7 @@ tune -> compile -> run on LLVM through it, as a Python user would call it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -278,6 +279,12 @@ def test_tune_compile_run_through_the_api(tmp_path):
     assert api.report(tmp_path / "run")["layers"] == json.loads(json.dumps(report["layers"], default=str))
     tuned = [l for l in report["layers"] if l["trials"] > 0]
     assert sum(l["trials"] for l in tuned) == 4 and all(l["tuner"] == "random" for l in tuned)
+    # the keys help(api.tune) names are there (a reader's code is written from it)
+    doc = api.tune.__doc__.split("The report")[1]
+    top, per_layer = doc.split("``layers``")
+    named = lambda text: set(re.findall(r"``([a-z_]+)``", text)) - {"report", "autotune", "history", "runs"}
+    assert named(top) <= set(report) | {"report_dir"}
+    assert all(named(per_layer) <= set(layer) for layer in tuned)
     # where measuring went, as the table's caption says it too
     assert report["measure_seconds"]["build"] > 0 and report["measure_seconds"]["run"] > 0
     assert "measuring: build" in (tmp_path / "run" / "layers.txt").read_text()

@@ -815,6 +815,12 @@ def test_a_shape_the_model_cannot_take_is_said_to_be_the_given_one(capsys, env):
     _user_error(capsys, ["layers", "baked.onnx", "--input-shape", "x=2x20x8"],
                 contains=("Reshape", "(at --input-shape x=2x20x8; the model declares x as batchxseqx8",
                           "do these shapes suit it?)"))
+    # the API says it with its own option's name
+    from autotune import api
+    from autotune.errors import OptionError
+
+    with pytest.raises(OptionError, match=r"\(at input_shapes x=2x20x8; the model declares x as batchxseqx8"):
+        api.layers(str(env / "baked.onnx"), input_shapes={"x": (2, 20, 8)})
 
 
 def test_compile_under_a_regular_file(capsys, env, dyn_model):

@@ -859,9 +859,13 @@ def test_the_shallow_history_message_counts_its_layers() -> None:
                                         "nearest_configs": 4}, "tl_xgb")
     assert one.startswith("L: history is shallow, 1 similar layer, at 0.27, with 4 measured configs; tl_xgb may settle near its ")
     two = shallow_history_message("L", {"sources": 2, "per_source_median": 6.5, "nearest_similarity": 0.41,
-                                        "nearest_configs": 8}, "gga")
+                                        "nearest_configs": 8}, "gga", handover=32)
     assert "2 similar layers with a median of 6.5 measured configs each (the most similar, at 0.41, holds 8)" in two
-    assert "near their unconverged winners" in two and two.endswith("gga hands the layer to tl_xgb after its first population")
+    assert "near their unconverged winners" in two
+    # with its count: a one-trial probe never gets there, and said bare it read as done
+    assert two.endswith("; after 32 trials (its first population) gga hands the layer to tl_xgb")
+    assert "hands the layer" not in shallow_history_message("L", {"sources": 2, "per_source_median": 6.5, "nearest_similarity": 0.41,
+                                                                  "nearest_configs": 8}, "gga", handover=0)
 
 
 def test_the_shallow_history_advice_is_given_once_then_only_what_history_holds():
@@ -870,7 +874,7 @@ def test_the_shallow_history_advice_is_given_once_then_only_what_history_holds()
     from autotune.tune import shallow_history_message
 
     depth = {"sources": 3, "per_source_median": 1, "nearest_similarity": 0.81, "nearest_configs": 1}
-    full = shallow_history_message("conv_a", depth, "gga")
+    full = shallow_history_message("conv_a", depth, "gga", handover=16)
     assert full.startswith("conv_a: history is shallow, 3 similar layers with a median of 1 measured config each")
     assert "unconverged winners" in full and "gga hands the layer to tl_xgb" in full
     brief = shallow_history_message("conv_b", depth, "gga", brief=True)
