@@ -79,9 +79,11 @@ def load_inputs(path: str | os.PathLike, meta: dict[str, Any]) -> dict[str, np.n
         # file "contains pickled (object) data" of any text file
         if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):
             raise ValueError("it is not one (no .npz or .npy header)")
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise ValueError("a single array, not an .npz of named arrays")
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):  # an .npy: a bare array, which is no context manager
+            raise ValueError("it holds a single array (.npy), not an .npz of named arrays: save it with "
+                             "numpy.savez(FILE, NAME=array), NAME the model's input")
+        with data:
             arrays = {name: data[name] for name in data.files}
     except FileNotFoundError:
         raise AutotuneError(f"inputs file not found: {path}") from None

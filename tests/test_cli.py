@@ -1298,4 +1298,6 @@ def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):
     refused("objects.npz", "cannot read inputs from objects.npz")
     (env / "text.npz").write_text("not numpy")
     refused("text.npz", "cannot read inputs from text.npz", "no .npz or .npy header")  # numpy called it pickled data
+    np.save(env / "single.npy", np.zeros((2, 8), np.float32))  # a bare array: a TypeError's traceback
+    refused("single.npy", "cannot read inputs from single.npy", "a single array (.npy)", "numpy.savez(FILE, NAME=array)")
     refused("absent.npz", "inputs file not found: absent.npz")
