@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, Mapping
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import insert, select, update
 
 from . import schema
 from .errors import HistoryError
@@ -476,6 +476,7 @@ def import_json(
             counts["workloads_added"] += store._workload_id_created(conn, workload)[1]
         target_ids: dict[str, int] = {}
         workload_ids: dict[str, int] = {}
+        rows: list[dict[str, Any]] = []
         for i, rec in enumerate(records):
             try:
                 if rec["workload_key"] not in workload_ids:
@@ -502,27 +503,44 @@ def import_json(
                 raise HistoryError(f"cannot import {name}: records[{i}]: {exc}; nothing was imported") from None
             values["workload_id"] = workload_ids[rec["workload_key"]]
             values["target_id"] = target_ids[rec["target_key"]]
-            duplicate = conn.execute(
-                select(r.c.id)
-                .where(
-                    and_(
-                        r.c.workload_id == values["workload_id"],
-                        r.c.target_id == values["target_id"],
-                        r.c.space_id == values["space_id"],
-                        r.c.config_hash == values["config_hash"],
-                        r.c.created_at == values["created_at"],
-                        r.c.latency_median.is_not_distinct_from(values["latency_median"]),
-                    )
-                )
-                .limit(1)
-            ).first()
-            if duplicate is not None:
+            rows.append(values)
+        # Duplicates found in one read of what history holds of these workloads, and the
+        # rest inserted in batches: a query and an insert per record took 226 s for an
+        # export of 120,000 records.
+        held = _record_identities(conn, sorted(set(workload_ids.values())))
+        fresh: list[dict[str, Any]] = []
+        for values in rows:
+            identity = _identity(values)
+            if identity in held:
                 counts["skipped"] += 1
                 continue
-            conn.execute(insert(r).values(**values))
-            counts["added"] += 1
+            held.add(identity)
+            fresh.append(values)
+        for start in range(0, len(fresh), _INSERT_BATCH):
+            conn.execute(insert(r), fresh[start:start + _INSERT_BATCH])
+        counts["added"] = len(fresh)
         counts["runs_added"] = _import_runs(store, conn, name, export.runs)
     return counts
+
+
+#: Records inserted per statement on import.
+_INSERT_BATCH = 1000
+#: Columns that make two records one (an import of the same file again adds nothing).
+_IDENTITY = ("workload_id", "target_id", "space_id", "config_hash", "created_at", "latency_median")
+
+
+def _identity(values: Mapping[str, Any]) -> tuple:
+    return tuple(values[c] for c in _IDENTITY)
+
+
+def _record_identities(conn, workload_ids: list[int]) -> set[tuple]:
+    """The identities of every record history holds for ``workload_ids``."""
+    r = schema.records
+    held: set[tuple] = set()
+    for start in range(0, len(workload_ids), 500):  # bound parameters per statement
+        query = select(*(r.c[c] for c in _IDENTITY)).where(r.c.workload_id.in_(workload_ids[start:start + 500]))
+        held.update(tuple(row) for row in conn.execute(query))
+    return held
 
 
 #: The summary of a run exported while it ran: here it writes nothing more.

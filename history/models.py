@@ -39,12 +39,18 @@ def config_hash(config_json: str) -> str:
     return hashlib.sha256(config_json.encode("utf-8")).hexdigest()
 
 
-def sample_stats(samples: Sequence[float]) -> tuple[float | None, float | None, float | None, int]:
-    """(mean, median, std, repeats) of latency samples in seconds; Nones when there are none."""
+def check_samples(samples: Sequence[float]) -> list[float]:
+    """The samples as floats, each finite and >= 0 seconds."""
     values = [float(s) for s in samples]
     for v in values:
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"latency samples must be finite and >= 0 seconds, got {v!r}")
+    return values
+
+
+def sample_stats(samples: Sequence[float]) -> tuple[float | None, float | None, float | None, int]:
+    """(mean, median, std, repeats) of latency samples in seconds; Nones when there are none."""
+    values = check_samples(samples)
     if not values:
         return None, None, None, 0
     import numpy as np  # local: keeps `import history` light for CLI start-up

@@ -553,6 +553,12 @@ def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
 
     with open_history(tmp_path / "dst.db") as dst:
         check_import_merges(src, dst, out)
+        # a record twice in one file is one record, as in two files (the batched insert
+        # checks the file against itself too)
+        doc = json.loads(out.read_text())
+        doc["records"].append(dict(doc["records"][-1], created_at="2030-01-01T00:00:00+00:00"))
+        doc["records"].append(dict(doc["records"][-1]))
+        assert import_json(dst, doc)["added"] == 1 and import_json(dst, doc)["added"] == 0
     src.close()
 
 
