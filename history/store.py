@@ -118,6 +118,8 @@ class HistoryStore:
         self.readonly = readonly
         self._engine: Engine | None = None
         self._wal = False  # SQLite: put connections in WAL mode (set once the file is checked)
+        # every workload, parsed, and the state of the table it was read at (see workloads())
+        self._workloads_read: tuple[tuple, list[WorkloadInfo]] | None = None
         try:
             url = make_url(raw)
         except (ArgumentError, ValueError) as exc:
@@ -468,13 +470,23 @@ class HistoryStore:
         )
 
     def workloads(self, op_class: str | None = None) -> list[WorkloadInfo]:
-        """All workloads (of one operator class), in registration order."""
+        """All workloads (of one operator class), in registration order.
+
+        Parsed once and read again only when the table has changed (rows are only ever
+        added, and a workload's empty features filled in, which the table's count, last
+        id and features' total length show, whoever wrote them): a tune matches its
+        layers against them after every chunk, and parsing 15,000 conv workloads' JSON
+        each time took a second a match."""
         w = schema.workloads
-        query = select(w).order_by(w.c.id)
-        if op_class is not None:
-            query = query.where(w.c.op_class == op_class)
         with self._read() as conn:
-            return [self._workload_from_row(r) for r in conn.execute(query)]
+            state = tuple(conn.execute(
+                select(func.count(w.c.id), func.max(w.c.id), func.sum(func.length(w.c.features_json)))
+            ).one())
+            if self._workloads_read is None or self._workloads_read[0] != state:
+                parsed = [self._workload_from_row(r) for r in conn.execute(select(w).order_by(w.c.id))]
+                self._workloads_read = (state, parsed)
+        found = self._workloads_read[1]
+        return list(found) if op_class is None else [x for x in found if x.op_class == op_class]
 
     def workload(self, key: str) -> WorkloadInfo | None:
         w = schema.workloads

@@ -150,8 +150,10 @@ def test_targets_and_workloads_round_trip(tmp_path: Path) -> None:
         assert GPU.key == "cuda:sm_90:NVIDIA H100"
 
         wid = store.register_workload(CONV_B8)  # no features yet
+        assert store.workloads()[0].features == ()  # read now, and kept until the table changes
         assert store.register_workload(dataclasses.replace(CONV_B8, features=(8.0, 64.0))) == wid
         assert store.workload(CONV_B8.key).features == (8.0, 64.0)
+        assert store.workloads()[0].features == (8.0, 64.0)  # features filled in: read again
         # Stored features are not overwritten by later, different ones.
         store.register_workload(dataclasses.replace(CONV_B8, features=(1.0,)))
         assert store.workload(CONV_B8.key).features == (8.0, 64.0)
@@ -162,6 +164,10 @@ def test_targets_and_workloads_round_trip(tmp_path: Path) -> None:
         assert [w.key for w in store.workloads()] == [CONV_B8.key, CONV.key, DENSE.key]
         assert [w.key for w in store.workloads(op_class="dense")] == [DENSE.key]
         assert store.workloads(op_class="softmax") == []
+        # another handle's (another process's) new workload is seen by this one's next read
+        with open_history(tmp_path / "h.db") as other:
+            other.register_workload(dataclasses.replace(DENSE, key="dense:n1:k512:m10", batch_invariant_key="dense:k512:m10"))
+        assert [w.key for w in store.workloads(op_class="dense")] == [DENSE.key, "dense:n1:k512:m10"]
 
 
 def test_add_record_computes_stats_and_reads_back(tmp_path: Path) -> None:
