@@ -466,7 +466,7 @@ class TuneSession:
         self.reporter.start_layer(layer.name, 0, decision.tuner, m.score)
         out["default_latency"] = default = self.default_latency(layer)
         with self.tracker.layer(layer.name, params={"tuner": decision.tuner, "op_class": layer.op_class, "trials_budget": 0}, tags={"match_score": f"{m.score:.4f}", "dispatch": decision.dispatch}):
-            winner = self._verify_best(layer, space) if self.options.verify else self.store.best(layer.workload_key, self.target.key)
+            winner = self._verify_best(layer, space) if self.options.verify else self._applicable_best(layer, space)
             out["best_latency"] = winner.latency_median if winner else None
             out["best_record_id"] = winner.id if winner else None
             out["verified"] = winner.verified if winner else None
@@ -492,7 +492,7 @@ class TuneSession:
         else:
             tuner, earlier = None, self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id)
         out["resumed"] = sum(1 for r in earlier if r.status != "invalid")
-        best = min((r.latency_median for r in earlier if r.ok), default=None)
+        best = min((r.latency_median for r in earlier if r.ok and space.contains(r.config)), default=None)
         return _LayerTuning(layer, space, decision.tuner, tuner, out, best, others_at_match=self._measured_by_class.get(layer.op_class, 0))
 
     def _layer_tuner(self, layer, space, m, decision, out: dict[str, Any]):
@@ -626,7 +626,7 @@ class TuneSession:
         # which source layers the guided tuner ended up believing (search.source_weights)
         out["source_weights"] = dict(getattr(run.tuner, "source_weights", {}))
         try:
-            winner = self._verify_best(layer, run.space) if self.options.verify else self.store.best(layer.workload_key, self.target.key)
+            winner = self._verify_best(layer, run.space) if self.options.verify else self._applicable_best(layer, run.space)
         except KeyboardInterrupt:
             self.tracker.close_layer(layer.name, "KILLED")
             raise
@@ -756,17 +756,27 @@ class TuneSession:
 
         with self._remote() as remote:
             for _ in range(VERIFY_CANDIDATES):
-                rec = self.store.best(layer.workload_key, self.target.key)
-                if rec is None or rec.verified is True:
-                    return rec
-                if rec.space_id != space.space_id or not space.contains(rec.config):
+                rec = self._applicable_best(layer, space)
+                if rec is None or rec.verified is True or rec.space_id != space.space_id:  # TVM's default: the reference
                     return rec
                 problem = verify.check(space.apply(rec.config), layer.func, self.target, remote=remote)
                 self.store.set_verified(rec.id, problem is None, problem)
                 if problem is None:
-                    return self.store.best(layer.workload_key, self.target.key)
+                    return self._applicable_best(layer, space)
                 self.reporter.message(f"{layer.name}: record {rec.id} rejected: {problem}")
-        return self.store.best(layer.workload_key, self.target.key)
+        return self._applicable_best(layer, space)
+
+    def _applicable_best(self, layer, space):
+        """The layer's fastest record that ``compile`` would apply: TVM's default, or a
+        config of this space. A faster one it would skip (an imported config this space
+        does not hold, or one of an older space version) was the layer's reported best:
+        an imported 1-ns record of strings read as a 5.9-million-fold speed-up."""
+        from autotune.compile import DEFAULT_SPACE_PREFIX, RECORDS_TRIED
+
+        for rec in self.store.fastest(layer.workload_key, self.target.key, limit=RECORDS_TRIED):
+            if rec.space_id.startswith(DEFAULT_SPACE_PREFIX) or (rec.space_id == space.space_id and space.contains(rec.config)):
+                return rec
+        return None
 
 
 @dataclass

@@ -784,6 +784,16 @@ def test_a_reused_layer_reports_the_schedule_compile_applies_checked(tmp_path, c
     assert layer["dispatch"] == "exact" and layer["best_record_id"] == default_id and layer["speedup"] == 1.0
     assert main(["compile", str(model), "--target", "llvm", "--history", str(history), "-o", str(tmp_path / "t.so"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["schedules"][layer["name"]]["record_id"] == default_id
+    # an imported 1-ns record of values this space does not hold: compile skips it, and so
+    # does the run's report (it read a 5.9-million-fold speed-up)
+    with open_history(str(history)) as store:
+        good = next(r for r in store.records(status="ok") if r.tuner == "random")
+        strings = {k: "__import__('os').system('true')" for k in good.config}
+        store.add_record(workload_key=good.workload_key, target_key=good.target_key, space_id=good.space_id,
+                         config=strings, samples=[1e-9] * 3, status="ok", tuner="hand")
+    assert main(tune + ["--out-dir", str(tmp_path / "run4")]) == 0
+    (layer,) = json.loads(capsys.readouterr().out)["layers"]
+    assert layer["best_record_id"] == default_id and layer["speedup"] == 1.0
 
 
 def test_convolutions_of_other_ranks_tune_apart_and_a_transposed_one_compiles_correct(tmp_path):
