@@ -27,7 +27,8 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from autotune.errors import AutotuneError, OptionError, check_choice, check_count, check_flag, first_line, quoted, quoted_text
+from autotune.errors import (AutotuneError, OptionError, check_choice, check_count, check_flag, first_line, interrupts_held, quoted,
+                             quoted_text)
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.measure import MeasureOptions
 from autotune.target import TargetSpec
@@ -164,6 +165,7 @@ def tune(
     tracker = Tracker.create(mlflow, mlflow_uri, mlflow_experiment)
     store = open_history(history)
     session = TuneSession(spec, store, opts, tracker=tracker, reporter=make_reporter(progress))
+    report = None
     try:
         with tracker:
             report = session.tune_model(loaded)
@@ -186,6 +188,11 @@ def tune(
                 tracker.log_artifact(str(out), "module")
                 tracker.log_artifact(str(sidecar(out)), "module")
             finish_with_report(tracker, report, report_dir)
+    except BaseException as err:
+        if report is not None:  # the layers closed the run finished; its report or module is missing
+            with interrupts_held():
+                store.set_run_status(session.run_id, "killed" if isinstance(err, KeyboardInterrupt) else "failed")
+        raise
     finally:
         session.close()
         store.close()

@@ -875,6 +875,15 @@ class HistoryStore:
             if result.rowcount == 0:
                 raise HistoryError(f"no run {run_id!r} in history at {self.location}")
 
+    def set_run_status(self, run_id: str, status: str) -> None:
+        """Change a closed run's final status, its summary kept: a tune stopped after its
+        layers closed, before its report or module was written, is no finished run."""
+        if status not in RUN_STATUSES or status == "running":
+            raise ValueError(f"invalid final run status {status!r}; expected finished, failed or killed")
+        runs = schema.runs
+        with self._write("set run status") as conn:
+            conn.execute(update(runs).where(runs.c.id == run_id).values(status=status))
+
     def _run_query(self) -> Any:
         runs, t, r = schema.runs, schema.targets, schema.records
         n_records = (

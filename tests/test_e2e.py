@@ -892,3 +892,25 @@ def test_the_shallow_history_advice_is_given_once_then_only_what_history_holds()
                      "(the most similar, at 0.81, holds 1)")
     one = shallow_history_message("conv_c", {**depth, "sources": 1, "nearest_configs": 1}, "tl_xgb", brief=True)
     assert one == "conv_c: history is shallow too, 1 similar layer, at 0.81, with 1 measured config"
+
+
+def test_a_tune_stopped_after_its_layers_before_its_report_is_no_finished_run(tmp_path, monkeypatch):
+    """Ctrl-C 1.5 s after the last layer closed: the layers had closed the run finished,
+    and it stayed so with no report or module written ("finished", then `report` said
+    its report was gone)."""
+    from autotune import api
+
+    model = _small_cnn(tmp_path / "small.onnx")
+    history = tmp_path / "h.db"
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "_write_decomposition", stop)
+    with pytest.raises(KeyboardInterrupt):
+        api.tune(model, target="llvm", history=str(history), out_dir=tmp_path / "run", mlflow=False,
+                 trials=2, batch=2, tuner="random", model_latency=False, repeat=1)
+    with open_history(str(history), readonly=True) as store:
+        (run,) = store.runs()
+    assert run["status"] == "killed" and run["n_records"] > 0
+    assert not (tmp_path / "run" / "report.json").exists()
