@@ -12,7 +12,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -402,21 +401,23 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     ``device_code.fatbin_packer``); ``cc`` links (:func:`cross_linker`)."""
     out = check_output_path(out)
     parent = make_parent(out)
-    tmp = meta_tmp = ""
+    import uuid
+
+    # a fresh name, not mkstemp's file: the linker kept its 0600 mode as 0711, a module
+    # no other user could load (dlopen reads it)
+    tmp = str(parent / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.so")
+    meta_tmp = tmp + ".json"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".so", dir=parent)
-        os.close(fd)
-        meta_tmp = tmp + ".json"
         executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}), **({"cc": cc} if cc else {}))
         with open(meta_tmp, "w", encoding="utf-8") as fh:
             json.dump(metadata, fh, indent=2, sort_keys=True)
         os.replace(tmp, out)
         os.replace(meta_tmp, sidecar(out))
-    except Exception as err:
+    except BaseException as err:  # Ctrl-C too: it left the half-written module beside ``out``
         for path in (tmp, meta_tmp):
             if path and os.path.exists(path):
                 os.remove(path)
-        if isinstance(err, AutotuneError):
+        if isinstance(err, AutotuneError) or not isinstance(err, Exception):
             raise
         raise AutotuneError(f"exporting {out} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err}") from None
     return out

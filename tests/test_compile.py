@@ -5,6 +5,7 @@ GPU needed to build)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -326,3 +327,29 @@ def test_a_model_build_that_fails_inside_tvm_names_the_layer_it_stopped_at():
                      relax.transform.FuseTIR()]:
         widened = lowering(widened)
     compiler.build(widened, resolve_target("llvm"))
+
+
+def test_an_exported_module_is_readable_as_any_new_file_and_a_stopped_export_leaves_nothing(tmp_path, monkeypatch):
+    """The module was linked over mkstemp's 0600 file and came out 0711: no other user
+    (a service deploying it) could load it. A Ctrl-C while exporting left the
+    half-written module beside ``out``, where later exports never removed it."""
+    import os
+    import stat
+
+    from autotune import compile as compiler
+
+    out = tmp_path / "dqn.so"
+    assert main(["compile", "dqn", "--size", "36", "--target", "llvm", "-o", str(out)]) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE(compiler.sidecar(out).stat().st_mode) == 0o666 & ~umask
+
+    class Stopped:
+        def export_library(self, path, **kwargs):
+            Path(path).write_bytes(b"half")
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compiler.export(Stopped(), tmp_path / "again.so", {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dqn.so", "dqn.so.json"]
