@@ -740,10 +740,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         getattr(args, "help_of", parser).print_help()
         return EXIT_USAGE
+    from autotune.errors import stopping_on_sigterm, terminated
+
     try:
-        return int(args.func(args) or 0)
+        with stopping_on_sigterm():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         kept = "; measurements so far are kept in history" if args.command == "tune" else ""
+        if terminated():
+            print(f"autotune: terminated (SIGTERM){kept}", file=sys.stderr)
+            return 128 + signal.SIGTERM
         print(f"autotune: interrupted{kept}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `autotune history ls | head`: the reader left, which is no error of ours

@@ -83,10 +83,50 @@ def first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
+#: Whether the stop being handled came from SIGTERM (see :func:`stopping_on_sigterm`).
+_terminated = False
+
+
 def _on_sigint(signum, frame) -> None:
     global _presses
     _presses += 1
     raise KeyboardInterrupt
+
+
+def _on_sigterm(signum, frame) -> None:
+    global _terminated
+    _terminated = True
+    _on_sigint(signum, frame)
+
+
+@contextlib.contextmanager
+def stopping_on_sigterm() -> Iterator[None]:
+    """Inside, SIGTERM stops the work as Ctrl-C does (``KeyboardInterrupt``, so the run is
+    marked killed in history and MLflow and the build workers are shut down);
+    :func:`terminated` then says which it was.
+
+    SIGTERM is what ``timeout``, systemd and ``docker stop`` send: by default it ended a
+    tune on the spot, silent, its MLflow runs left RUNNING for good. Only in the main
+    thread and where SIGTERM is at its default; the handler before is back on leaving.
+    """
+    import signal
+    import threading
+
+    global _terminated
+    _terminated = False
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def terminated() -> bool:
+    """The last stop inside :func:`stopping_on_sigterm` was a SIGTERM, not a Ctrl-C."""
+    return _terminated
 
 
 def keep_interrupts_through_tvm() -> None:

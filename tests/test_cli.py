@@ -892,9 +892,12 @@ def test_a_reader_that_leaves_early_is_no_error(env):
     assert err == b""
 
 
-def test_ctrl_c_mid_tune_keeps_what_was_measured(env):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_mid_tune_keeps_what_was_measured(env, stop):
     """SIGINT while measuring: exit 130 with one line, the records so far stay in a
-    sound database, and the run is marked killed there."""
+    sound database, and the run is marked killed there. SIGTERM (``timeout``, systemd,
+    ``docker stop``) the same, as 143: it ended the tune silently, its MLflow runs left
+    RUNNING."""
     import signal
     import sqlite3
     import time
@@ -924,10 +927,11 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env):
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()
     seen = count()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert err.strip().splitlines()[-1] == "autotune: interrupted; measurements so far are kept in history"
+    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143}[stop], err
+    said = {"SIGINT": "interrupted", "SIGTERM": "terminated (SIGTERM)"}[stop]
+    assert err.strip().splitlines()[-1] == f"autotune: {said}; measurements so far are kept in history"
     assert "Traceback" not in err
     with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
         assert db.execute("pragma integrity_check").fetchone() == ("ok",)
