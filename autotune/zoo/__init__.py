@@ -170,6 +170,12 @@ def build_model(
     size = _check_int(f"{name} {'image size' if image else 'sequence length'}", size, entry.min_size,
                       hint=" (smaller inputs vanish in the downsampling layers)" if image else "")
     seed = _check_int("seed", seed, 0)
+    from autotune.frontend import MAX_DIMENSION
+
+    widest = max(entry.input_shape(batch_size, size))
+    if widest > MAX_DIMENSION:  # numpy's broadcast failed first, in a 40-line traceback
+        raise AutotuneError(f"zoo model {name!r} at batch {batch_size}, size {size}: its input has a dimension of "
+                            f"{widest:,}, past the {MAX_DIMENSION:,} a loop may run here")
 
     g = GraphBuilder(seed)
     x = g.input(INPUT_NAME, entry.input_shape(batch_size, size), entry.input_dtype)
