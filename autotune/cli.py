@@ -663,14 +663,17 @@ def _check_import_references(location: str | None, export) -> None:
 
 
 def cmd_history_rm(args) -> int:
-    from autotune.tune import close_stale_runs
+    from autotune.tune import close_stale_runs, stale_run
     from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=args.dry_run) as store:
+        # a run whose process is gone is no longer running (a dry run only reads, so it
+        # is told which; it refused a SIGKILLed run `history runs` showed as killed)
+        gone = {run["run_id"] for run in store.runs() if stale_run(run)} if args.dry_run else ()
         if not args.dry_run:
-            close_stale_runs(store)  # a run whose process is gone is no longer running
+            close_stale_runs(store)
         run_ids = [_resolve_run(store, prefix) for prefix in args.run_ids]
-        removed = store.remove_runs(run_ids, dry_run=args.dry_run)
+        removed = store.remove_runs(run_ids, dry_run=args.dry_run, gone=gone)
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "runs": removed}))
         return 0
@@ -686,7 +689,15 @@ def _resolve_run(store, prefix: str) -> str:
 
     if not prefix:
         raise AutotuneError("an empty run id names no run")
-    return _unique_prefix(prefix, store.run_ids(prefix), "run", " (see `autotune history runs`)")
+    matches = store.run_ids(prefix)
+    if prefix not in matches and len(prefix) < MIN_RUN_PREFIX:  # `rm b` removed a run and its records unasked
+        raise AutotuneError(f"{prefix!r}: give at least {MIN_RUN_PREFIX} characters of a run id to remove it "
+                            "(see `autotune history runs`)")
+    return _unique_prefix(prefix, matches, "run", " (see `autotune history runs`)")
+
+
+#: The shortest prefix of a run id ``history rm`` takes (a whole id of any length, too).
+MIN_RUN_PREFIX = 4
 
 
 def cmd_report(args) -> int:

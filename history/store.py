@@ -14,7 +14,7 @@ import json
 import os
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 from sqlalchemy import (
     Connection,
@@ -932,15 +932,17 @@ class HistoryStore:
             ).scalars())
         return sorted(ids)
 
-    def remove_runs(self, run_ids: Sequence[str], *, dry_run: bool = False) -> list[dict[str, Any]]:
+    def remove_runs(self, run_ids: Sequence[str], *, dry_run: bool = False, gone: Collection[str] = ()) -> list[dict[str, Any]]:
         """Remove runs and every record each wrote, all in one transaction.
 
         History answers an exact match with its stored winner and never measures it again,
         so a run timed on a busy machine, or tuned with settings since regretted, would go
         on deciding kernels until removed. What other runs measured is left alone, as are
         workloads, targets and the learned feature importances. A run still marked running
-        is refused (its process would go on writing); so is an id history does not know.
-        Returns, per run, what was (or with ``dry_run``, would be) removed."""
+        is refused (its process would go on writing), unless the caller knows its process
+        is ``gone`` (killed outright; what ``history runs`` shows as killed); so is an id
+        history does not know. Returns, per run, what was (or with ``dry_run``, would be)
+        removed."""
         runs, r = schema.runs, schema.records
         ids = list(dict.fromkeys(run_ids))
         with (self._read() if dry_run else self._write("remove runs")) as conn:
@@ -950,12 +952,12 @@ class HistoryStore:
                 n = int(conn.execute(select(func.count(r.c.id)).where(r.c.run_id == run_id)).scalar_one())
                 if row is None and n == 0:
                     raise HistoryError(f"no run {run_id!r} in history at {self.location}")
-                if row is not None and row.status == "running":
+                if row is not None and row.status == "running" and run_id not in gone:
                     params = json.loads(row.params_json or "{}")
                     where = f" (pid {params.get('pid')} on {params.get('host')})" if params.get("pid") else ""
                     raise HistoryError(f"run {run_id!r} is still running{where}; stop it before removing it")
                 removed.append({"run_id": run_id, "records": n, "run_row": row is not None,
-                                "status": None if row is None else row.status})
+                                "status": None if row is None else "killed" if run_id in gone else row.status})
             if not dry_run:
                 for run_id in ids:
                     conn.execute(r.delete().where(r.c.run_id == run_id))

@@ -531,7 +531,8 @@ def test_history_rm_removes_a_run_and_only_its_records(capsys, populated_history
     assert main(["history", "rm", "bad1", "--dry-run", "--history", path, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runs"] == [{"run_id": "bad1", "records": 1, "run_row": True, "status": "finished"}]
     assert state() == before
-    _user_error(capsys, ["history", "rm", "bad", "--history", path], contains=("matches 2 runs",))
+    _user_error(capsys, ["history", "rm", "bad", "--history", path], contains=("at least 4 characters",))
+    _user_error(capsys, ["history", "rm", "b", "--history", path], contains=("at least 4 characters",))
     _user_error(capsys, ["history", "rm", "nope", "--history", path], contains=("'nope'",))
     # all or nothing: a live run beside a removable one removes neither
     _user_error(capsys, ["history", "rm", "bad1", "live", "--history", path], contains=("still running", str(os.getpid())))
@@ -567,6 +568,9 @@ def test_a_run_whose_process_was_killed_is_shown_killed_and_can_be_removed(capsy
         time.sleep(0.3)  # dead, not yet waited for
         assert main(["history", "runs", "--history", path, "--json"]) == 0
         assert [r["status"] for r in json.loads(capsys.readouterr().out) if r["run_id"] == "dead"] == ["killed"]
+        # a dry run only reads, and knew no better than "still running"
+        assert main(["history", "rm", "dead", "--dry-run", "--history", path]) == 0
+        assert "would remove run dead (killed)" in capsys.readouterr().out
         assert main(["history", "rm", "dead", "--history", path]) == 0
         assert "removed run dead (killed)" in capsys.readouterr().out
     finally:
