@@ -421,9 +421,22 @@ class Measurer:
 
 def _shut_down(pool) -> None:
     """TVM's pool shutdown, whole: stopped halfway by Ctrl-C, it left its lock taken, and
-    the pool's destructor waited on it at exit (:func:`autotune.errors.interrupts_held`)."""
+    the pool's destructor waited on it at exit (:func:`autotune.errors.interrupts_held`).
+
+    A worker the pool's own thread is killing meanwhile (its candidate timed out as the
+    tune was stopped) can lose its process between TVM's check and its kill: the
+    ``AttributeError`` left the lock taken the same way, and the tune, after a traceback,
+    never exited (1 of 11 Ctrl-Cs in a user's trial). The lock is let go and the
+    shutdown finished; a worker whose process is gone is skipped then."""
     with interrupts_held():
-        pool.shutdown()
+        for _ in range(3):
+            try:
+                pool.shutdown()
+                return
+            except AttributeError:
+                lock = getattr(pool, "_lock", None)
+                if lock is not None and lock.locked():
+                    lock.release()
 
 
 def _twin_of(m: Measurement) -> Measurement:

@@ -154,6 +154,34 @@ def test_a_ctrl_c_while_a_pool_shuts_down_is_raised_after_it_is_down() -> None:
     assert errors.interrupt_mark() == presses + 1  # counted as any press is
 
 
+def test_a_worker_whose_process_goes_mid_shutdown_does_not_leave_the_pool_locked() -> None:
+    """The pool's own thread killing a timed-out worker while the tune shut the pool
+    down: TVM checks the worker's process, the other thread clears it, TVM's kill then
+    reads None (``AttributeError``). The lock stayed taken and the stopped tune never
+    exited. Here the process is cleared between TVM's check and its kill."""
+    import os
+
+    from tvm.support import popen_pool
+
+    pool = popen_pool.PopenPoolExecutor(max_workers=1)
+    assert pool.submit(os.getpid).result() != os.getpid()
+    (worker,) = pool._worker_map.values()
+    process = worker._proc
+    kill = worker.kill
+
+    def kill_raced() -> None:
+        worker.kill = kill  # once: the other thread's kill, done first, cleared the process
+        kill()
+        raise AttributeError("'NoneType' object has no attribute 'kill'")  # TVM's, reading it after
+
+    worker.kill = kill_raced
+    measure._shut_down(pool)
+    free = pool._lock.acquire(blocking=False)
+    if free:
+        pool._lock.release()
+    assert free and pool._shutdown and process.poll() is not None
+
+
 def test_the_build_pool_is_recycled_by_builds_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pool of more workers builds proportionally more before it is restarted (at 200
     for the pool, the H100's 16 workers restarted every 12 builds each)."""
