@@ -425,6 +425,8 @@ def read_export(fp_or_path: str | os.PathLike[str] | IO[str]) -> Export:
         doc = json.loads(text, parse_constant=_reject_constant)
     except (json.JSONDecodeError, ValueError) as exc:
         raise HistoryError(f"cannot import {name}: not valid JSON ({exc})") from None
+    except RecursionError:  # 100,000 nested brackets: the decoder's traceback, 23 lines
+        raise HistoryError(f"cannot import {name}: nested too deep to be a history export") from None
     try:
         return Export(name, *_parse(doc))
     except _Invalid as exc:

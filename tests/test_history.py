@@ -789,6 +789,10 @@ def test_import_rejects_non_json(tmp_path: Path) -> None:
                 import_json(dst, bad)
         with pytest.raises(HistoryError, match="cannot read"):
             import_json(dst, tmp_path / "missing.json")
+        deep = tmp_path / "deep.json"
+        deep.write_text("[" * 100_000 + "]" * 100_000)
+        with pytest.raises(HistoryError, match="nested too deep"):
+            import_json(dst, deep)
         assert table_counts(path) == {"targets": 0, "workloads": 0, "records": 0, "runs": 0}
 
 
