@@ -121,7 +121,10 @@ def export_json(
         os.makedirs(directory, exist_ok=True)  # as `tune --out` and `compile -o` make theirs
         fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".json.tmp", dir=directory)
     except OSError as exc:
-        raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
+        from .sqlite_db import why_not_creatable
+
+        # a file where a folder of the path should be said "File exists"
+        raise HistoryError(f"cannot export history to {path}: {why_not_creatable(path) or exc.strerror or exc}") from None
     try:
         umask = os.umask(0)
         os.umask(umask)

@@ -838,6 +838,13 @@ def test_zoo_export_under_a_regular_file(capsys, env):
     _user_error(capsys, ["zoo", "export", "resnet18", "--size", "32", "-o", "afile/r.onnx"], contains=("afile",))
 
 
+def test_history_export_under_a_regular_file(capsys, env, populated_history):
+    """It said "File exists", of the folder that was a file."""
+    path, _ = populated_history
+    (env / "afile").write_text("x")
+    _user_error(capsys, ["history", "export", "--history", path, "-o", "afile/e.json"], contains=("afile is not a directory",))
+
+
 def test_zoo_export_onto_a_directory(capsys, env):
     (env / "outdir").mkdir()
     _user_error(capsys, ["zoo", "export", "resnet18", "--size", "32", "-o", "outdir"], contains=("outdir",))
