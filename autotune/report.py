@@ -525,7 +525,22 @@ def _tagged_run(client: Any, autotune_run_id: str) -> str | None:
         experiments, filter_string=f"tags.`autotune.run_id` = '{autotune_run_id}'",
         order_by=["attributes.start_time DESC"], max_results=1,
     )
-    return runs[0].info.run_id if runs else None
+    if runs or len(autotune_run_id) < 4:
+        return runs[0].info.run_id if runs else None
+    # a prefix, as a run folder's name is taken: a run stopped before its report has no
+    # folder, and its prefix was looked up as an MLflow run id's only
+    try:
+        runs = client.search_runs(
+            experiments, filter_string=f"tags.`autotune.run_id` LIKE '{autotune_run_id}%'",
+            order_by=["attributes.start_time DESC"], max_results=50,
+        )
+    except Exception:  # a server older than LIKE on tags: the full id is still taken
+        return None
+    tops = {r.data.tags.get("autotune.run_id"): r.info.run_id for r in reversed(runs)
+            if r.data.tags.get("mlflow.parentRunId") is None}
+    if len(tops) > 1:
+        raise AutotuneError(f"run id prefix {autotune_run_id!r} matches {len(tops)} runs: {', '.join(sorted(tops)[:5])}")
+    return next(iter(tops.values()), None)
 
 
 #: An MLflow run id is 32 hex digits; a shorter start of one is looked up as a prefix.

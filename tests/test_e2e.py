@@ -449,6 +449,18 @@ def test_killed_tune_keeps_measurements_and_resumes(workdir):
     status = {(r.data.tags.get("autotune.run_id"), r.data.tags.get("mlflow.parentRunId") is None): r.info.status for r in tracked}
     assert status[(runs[0]["run_id"], True)] == "KILLED" and status[(runs[1]["run_id"], True)] == "FINISHED"
     assert not [r for r in tracked if r.info.status == "RUNNING"]
+    # `report` takes a prefix of the killed run's id, as of any: with no report folder it
+    # was looked up as an MLflow run id's prefix only, and not found
+    from autotune.errors import AutotuneError
+    from autotune.report import load_report
+
+    for given in (runs[0]["run_id"], runs[0]["run_id"][:5]):
+        with pytest.raises(AutotuneError, match=f"run {runs[0]['run_id']} .* has no report: it was stopped before the end"):
+            load_report(given, mlflow_uri, history=str(history))
+        # its history elsewhere (not named): MLflow alone knows it
+        with pytest.raises(AutotuneError, match=f"ended killed before its report was written; what autotune run {runs[0]['run_id']}"):
+            load_report(given, mlflow_uri, history=str(workdir / "elsewhere.db"))
+    assert not (workdir / "elsewhere.db").exists()
 
 
 def test_a_failed_tune_leaves_its_open_layers_runs_with_what_they_did(tmp_path, capsys, monkeypatch):
