@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import os
 import signal
 import sys
@@ -753,6 +754,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from autotune.errors import stopping_on_sigterm, terminated
 
+    # SQLAlchemy's pool logs a connection it could not close (a second Ctrl-C landing in
+    # its rollback) with its traceback, through logging's last resort: 40 lines above
+    # the one line that says the tune was stopped. What goes wrong with history reaches
+    # the user as an error of ours, not as a log record.
+    logging.getLogger("sqlalchemy.pool").addHandler(logging.NullHandler())
     try:
         with stopping_on_sigterm():
             return int(args.func(args) or 0)

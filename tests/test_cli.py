@@ -1316,3 +1316,18 @@ def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):
     np.save(env / "single.npy", np.zeros((2, 8), np.float32))  # a bare array: a TypeError's traceback
     refused("single.npy", "cannot read inputs from single.npy", "a single array (.npy)", "numpy.savez(FILE, NAME=array)")
     refused("absent.npz", "inputs file not found: absent.npz")
+
+
+def test_sqlalchemys_pool_logs_no_traceback_on_the_users_terminal(capsys):
+    """A second Ctrl-C in the pool's rollback: SQLAlchemy logged "Exception closing
+    connection" with its traceback through logging's last resort, 40 lines above the
+    one that said the tune was stopped."""
+    import logging
+
+    assert main(["zoo", "list"]) == 0
+    capsys.readouterr()
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("Exception closing connection", exc_info=True)
+    assert capsys.readouterr().err == ""
