@@ -503,6 +503,8 @@ def _fit(text: str, width: int) -> str:
 def _resolve_key(store, key: str) -> str:
     """A workload by its key or a unique prefix of it, else by the layer name `history ls`
     prints beside it (only the key was taken)."""
+    from autotune.history.location import history_option
+
     workloads = store.workloads()
     names = {w.key: w.descriptor.get("name", "") for w in workloads}
     matches = [w.key for w in workloads if w.key.startswith(key)]
@@ -525,8 +527,9 @@ def _resolve_key(store, key: str) -> str:
 
         similar = sorted({n for n in names.values() if n.startswith(key)})
         also = f"; layers named {', '.join(similar[:5])}{', ...' if len(similar) > 5 else ''} start so: give one whole" if similar else ""
-        raise AutotuneError(f"no workload key starts with {key!r} and no layer is named so{also} (see `autotune history ls`)")
-    return _unique_prefix(key, matches, "workload", " (see `autotune history ls`)", labels=names)
+        raise AutotuneError(f"no workload key starts with {key!r} and no layer is named so{also} "
+                            f"(see `autotune history ls{history_option(store.url)}`)")
+    return _unique_prefix(key, matches, "workload", f" (see `autotune history ls{history_option(store.url)}`)", labels=names)
 
 
 def _shapes_of(descriptor: dict) -> str:
@@ -687,14 +690,15 @@ def cmd_history_rm(args) -> int:
 
 def _resolve_run(store, prefix: str) -> str:
     from autotune.errors import AutotuneError
+    from autotune.history.location import history_option
 
     if not prefix:
         raise AutotuneError("an empty run id names no run")
     matches = store.run_ids(prefix)
     if prefix not in matches and len(prefix) < MIN_RUN_PREFIX:  # `rm b` removed a run and its records unasked
         raise AutotuneError(f"{prefix!r}: give at least {MIN_RUN_PREFIX} characters of a run id to remove it "
-                            "(see `autotune history runs`)")
-    return _unique_prefix(prefix, matches, "run", " (see `autotune history runs`)")
+                            f"(see `autotune history runs{history_option(store.url)}`)")
+    return _unique_prefix(prefix, matches, "run", f" (see `autotune history runs{history_option(store.url)}`)")
 
 
 #: The shortest prefix of a run id ``history rm`` takes (a whole id of any length, too).

@@ -643,7 +643,7 @@ def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
     if not RUN_ID_PATTERN.fullmatch(run_id):
         return plain
     from autotune.history import HistoryError, mask_url, open_history, resolve_location
-    from autotune.history.location import sqlite_file
+    from autotune.history.location import history_option, sqlite_file
 
     url = resolve_location(history)
     path = sqlite_file(url)
@@ -665,7 +665,7 @@ def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
         "running": "it is still running, or was killed outright",
     }.get(run["status"], f"it ended {run['status']}, but its report is neither in {run_dir(run['run_id'])} nor in MLflow")
     return (f"run {run['run_id']} ({run['model']} on {run['target_key']}) has no report: {why}; what it measured "
-            f"({run['n_records']} records) is in history at {mask_url(url)} (`autotune history runs`)")
+            f"({run['n_records']} records) is in history at {mask_url(url)} (`autotune history runs{history_option(mask_url(url))}`)")
 
 
 def artifacts_on_disk(run_id_or_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> list[Path]:

@@ -619,10 +619,12 @@ class TuneSession:
         layer, out = run.layer, run.out
         out["invalid"] = run.invalid
         if out["trials"] and sum(out["failed"].values()) == out["trials"]:
+            from autotune.history.location import history_option
+
             # a run whose every candidate timed out read '-' in every column, and said no more
             why = ", ".join(f"{status} {n}" for status, n in sorted(out["failed"].items()))
             self.reporter.message(f"{layer.name}: every one of its {out['trials']} trials failed ({why}): "
-                                  f"`autotune history show {layer.workload_key[:12]}` has their errors")
+                                  f"`autotune history show {layer.workload_key[:12]}{history_option(self.store.url)}` has their errors")
         # which source layers the guided tuner ended up believing (search.source_weights)
         out["source_weights"] = dict(getattr(run.tuner, "source_weights", {}))
         try:

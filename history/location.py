@@ -61,6 +61,18 @@ def sqlite_file(url: str) -> Path | None:
     return Path(url[len(prefix):]) if url.startswith(prefix) else None
 
 
+def history_option(url: str) -> str:
+    """`` --history PATH`` naming this history in a command a message suggests, or ""
+    for the one a command reads by default: `autotune history show KEY`, suggested by a
+    tune of another history, read the default one, which held other records of the key."""
+    import shlex
+
+    if url == mask_url(resolve_location(None)):
+        return ""
+    path = sqlite_file(url)
+    return f" --history {shlex.quote(str(path) if path is not None else url)}"
+
+
 def mask_url(url: str) -> str:
     """The URL with any password replaced by ``***``, for messages and listings."""
     from sqlalchemy.engine import make_url

@@ -249,7 +249,7 @@ def test_a_layer_whose_every_trial_failed_says_so(tmp_path, capsys):
     assert layer["failed"] == {"timeout": 2} and layer["best_latency"] is None
     said = [e["text"] for e in events if e.get("event") == "message" and "failed" in e["text"]]
     assert said == [f"{layer['name']}: every one of its 2 trials failed (timeout 2): `autotune history show "
-                    f"{layer['workload_key'][:12]}` has their errors"]
+                    f"{layer['workload_key'][:12]} --history {history}` has their errors"]
     assert events[-1]["options"]["measure"]["min_repeat_ms"] == 10
 
 

@@ -291,7 +291,8 @@ def test_a_failed_run_is_explained_alike_by_its_full_id_and_a_prefix(tmp_path: P
             load_report(given, history=history)
         said[given] = str(err.value)
     assert said["adfc"].startswith("run adfc66066398 (resnet18 on llvm:znver4:cpu) has no report: it failed before the end")
-    assert said["adfc66066398"] == f"{said['adfc']}; MLflow run {tracker.run_id}"
+    # and the prefix finds the MLflow run too (by its autotune.run_id tag), as the full id does
+    assert said["adfc66066398"] == said["adfc"] and said["adfc"].endswith(f"; MLflow run {tracker.run_id}")
 
 
 def test_a_run_id_prefix_two_runs_share_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -333,7 +334,8 @@ def test_a_run_with_no_report_is_explained_by_history(tmp_path: Path, monkeypatc
     with pytest.raises(AutotuneError) as err:
         load_report("0123456789ab", history=history)
     assert str(err.value) == ("run 0123456789ab (dqn on llvm:znver4:cpu) has no report: it was stopped before the end; "
-                              f"what it measured (0 records) is in history at sqlite:///{history} (`autotune history runs`)")
+                              f"what it measured (0 records) is in history at sqlite:///{history} "
+                              f"(`autotune history runs --history {history}`)")
     with pytest.raises(AutotuneError, match="^run 0123456789ab .*stopped before the end"):
         load_report("01234", history=history)  # a unique prefix, as report takes of run folders
     with pytest.raises(AutotuneError, match=r"it ended finished, but its report is neither in .*ba9876543210 nor in MLflow"):
