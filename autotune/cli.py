@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="load an exported module, run it on seeded inputs, time it")
     p.add_argument("module", help="a .so written by 'autotune compile'")
-    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--repeat", type=int, default=10, help="timed runs of the module; the median is reported (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
     p.add_argument("--inputs", metavar="FILE.npz", help="run on these inputs (arrays named as the model's inputs) instead of seeded ones")
     p.add_argument("--save-outputs", metavar="FILE.npz", help="write the outputs there, named as the model names them")

@@ -47,6 +47,9 @@ def probe(mode: str, path: str) -> dict:
 
 
 def main() -> int:
+    if not sys.argv[1:] or sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if sys.argv[1:] else 2
     report = {}
     for path in sys.argv[1:]:
         data = open(path, "rb").read()

@@ -26,6 +26,9 @@ REFUSE = "refused-on-this-server"
 
 
 def main() -> int:
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help") or not sys.argv[1].isdigit():
+        print(__doc__.strip())
+        return 0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2
     os.environ["TVM_CUDA_COMPILE_MODE"] = REFUSE  # before TVM starts any process
     from tvm import rpc
     from tvm.rpc.server import Server

@@ -375,6 +375,6 @@ plan)
   item 6 --targets resnet18:4 --exclude resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5 \
     --tuners "xgb,tl_xgb,tl_xgb:local_share=0.5"
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | zoo | plan)"; exit 2 ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | zoo | plan | half)"; exit 2 ;;
 esac
 pack
