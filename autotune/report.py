@@ -217,8 +217,10 @@ def format_match(score: Any) -> str:
 
 
 def _fmt_model_latency(seconds: Any) -> str:
-    num = _num(seconds)
-    return "-" if num is None else f"{num * 1e3:.3f} ms"
+    """In the unit that keeps its digits (a model of one small layer read 0.001 ms -> 0.000 ms)."""
+    from autotune.progress import format_latency
+
+    return format_latency(_num(seconds))
 
 
 #: Below this share of the model's time, the layers history changed cannot account for

@@ -132,6 +132,12 @@ def test_format_table_keeps_the_digits_of_a_kernel_that_runs_for_nanoseconds() -
     assert "210.0 us" in text  # the conv's 0.21 ms
 
 
+def test_the_model_timings_keep_their_digits() -> None:
+    """A model of one small layer read "model latency: 0.001 ms -> 0.000 ms (1.04x)"."""
+    caption = " ".join(format_table(dict(make_report(), model_latency_before=1.3e-6, model_latency_after=1.25e-6)).split())
+    assert "model latency: 1.3 us -> 1.2 us" in caption
+
+
 def test_format_table_says_when_the_two_model_timings_are_of_one_module() -> None:
     """No layer's schedule changed, and the caption read 0.48x, as a slowdown."""
     report = dict(make_report(), model_latency_before=1.0e-3, model_latency_after=2.1e-3)
