@@ -409,6 +409,9 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     meta_tmp = tmp + ".json"
     try:
         executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}), **({"cc": cc} if cc else {}))
+        # the description names its module by content: another model's description of the
+        # same shapes (copied beside it) was taken as this one's
+        metadata = {**metadata, "module_sha256": file_sha256(tmp)}
         with open(meta_tmp, "w", encoding="utf-8") as fh:
             json.dump(metadata, fh, indent=2, sort_keys=True)
         os.replace(tmp, out)
@@ -421,6 +424,16 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
             raise
         raise AutotuneError(f"exporting {out} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err}") from None
     return out
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def sidecar(path: str | os.PathLike) -> Path:

@@ -32,6 +32,14 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
         raise AutotuneError(f"cannot read {meta_path}: {err}") from None
     if not isinstance(meta, dict) or meta.get("format") != "autotune-module" or not isinstance(meta.get("inputs"), dict):
         raise AutotuneError(f"{meta_path} is not an autotune module description")
+    expected = meta.get("module_sha256")  # absent from descriptions written before 2026-11-27
+    if expected is not None:
+        from autotune.compile import file_sha256
+
+        if file_sha256(path) != expected:
+            _check_complete(path)  # a copy cut short: said as such
+            raise AutotuneError(f"{meta_path} describes another module than {path} (their contents differ): "
+                                "give the description compile wrote beside this module, or compile it again")
     return meta
 
 

@@ -713,6 +713,14 @@ def test_run_a_module_cut_short_is_one_line(capsys, env, dyn_model):
         _user_error(capsys, ["run", "cut.so"], contains=("cannot load cut.so: it is cut short", f"{cut} bytes"))
     capsys.readouterr()
     assert main(["run", "whole.so", "--repeat", "1"]) == 0
+    # another model's description, copied beside it, of the same shapes: it ran (and
+    # `--check` failed as a MISMATCH) where it is refused by content before any work
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "twin.so"]) == 0
+    (env / "other.so").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    (env / "other.so.json").write_bytes((env / "whole.so.json").read_bytes())
+    capsys.readouterr()
+    _user_error(capsys, ["run", "other.so"], contains=("other.so.json describes another module than other.so",))
+    assert main(["run", "twin.so", "--repeat", "1"]) == 0  # the same build again: its own description
 
 
 def test_compile_onto_a_directory(capsys, env, dyn_model):
