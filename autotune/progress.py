@@ -62,6 +62,10 @@ class Reporter:
     def message(self, text: str) -> None:
         """A free-form note for the user (e.g. 'history hit, reusing schedule')."""
 
+    def stage(self, text: str) -> None:
+        """What the run does before its next trial ('timing TVM's defaults of 18 layers'):
+        a bar at 0 with no word of why sat there for 24 s."""
+
     def close(self) -> None:
         """Stop any live display; safe to call twice."""
 
@@ -110,6 +114,9 @@ class JsonReporter(Reporter):
     def message(self, text: str) -> None:
         self._emit("message", text=text)
 
+    def stage(self, text: str) -> None:
+        self._emit("stage", text=text)
+
     def close(self) -> None:
         pass
 
@@ -146,6 +153,7 @@ class RichReporter(Reporter):
             transient=False,
         )
         self._overall: Any = None
+        self._model_title = ""
         self._layer_tasks: dict[str, Any] = {}
         self._budgets: dict[str, int] = {}
         self._done: dict[str, int] = {}
@@ -171,12 +179,17 @@ class RichReporter(Reporter):
         self._budgets = {name: int(trials) for name, trials in layers if trials is not None}
         if total is None:
             total = sum(self._budgets.values())
-        self._overall = self._progress.add_task(
-            f"{model} ({len(layers)} layers)", total=total or None, best=""
-        )
+        self._model_title = f"{model} ({len(layers)} layer{'' if len(layers) == 1 else 's'})"
+        self._overall = self._progress.add_task(self._model_title, total=total or None, best="")
+
+    def stage(self, text: str) -> None:
+        if self._overall is not None:  # on the model's bar, until its first layer starts
+            self._progress.update(self._overall, description=f"{self._model_title}: {text}")
 
     def start_layer(self, name: str, trials: int, tuner: str | None, match_score: float | None) -> None:
         self._ensure_started()
+        if self._overall is not None:
+            self._progress.update(self._overall, description=self._model_title)
         self._budgets.setdefault(name, int(trials))
         self._done.setdefault(name, 0)
         from autotune.report import format_match  # light module; as the table rounds it

@@ -288,8 +288,11 @@ class TuneSession:
                     "taken together run slower, and history keeps them"
                 )
             if opts.model_latency:
+                self.reporter.stage("timing the model with TVM's defaults")
                 self._time_model(report, "model_latency_before", mod, layers, use_history=False)
             outcomes.update((l.name, self._reuse(l)) for l in tunable if l.name in reused)
+            if pending:
+                self.reporter.stage(f"timing TVM's default schedule of {len(pending)} layer{'s' if len(pending) != 1 else ''}")
             for layer in pending:  # what an untried layer costs now, to weigh it against the others
                 progress[layer.name].default_s = self.default_latency(layer)
             by_name = {l.name: l for l in pending}
@@ -322,6 +325,7 @@ class TuneSession:
                 outcome["roofline_share"] = est[layer.name] / total_est
                 report["layers"].append(outcome)
             if opts.model_latency:
+                self.reporter.stage("timing the model with history's schedules")
                 self._time_model(report, "model_latency_after", mod, layers, use_history=True)
             # where measuring went: building candidates (TVM, then NVRTC or nvcc on CUDA)
             # against timing them; both zero when history answered every layer

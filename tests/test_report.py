@@ -547,6 +547,7 @@ def test_cached_peaks_of_an_older_method_are_measured_again(tmp_path: Path, monk
 # -- progress -------------------------------------------------------------------------------------
 def drive(reporter: Reporter) -> None:
     reporter.start_model("resnet18", [("conv_a", 3), ("dense_b", 2)])
+    reporter.stage("timing TVM's default schedule of 2 layers")
     reporter.start_layer("conv_a", 3, "random", 0.0)
     for done, best in [(1, 0.001), (2, math.inf), (3, 0.0004)]:
         reporter.trial("conv_a", done, best)
@@ -566,9 +567,10 @@ def test_json_reporter_lines_parse() -> None:
     drive(reporter)
     events = [json.loads(line) for line in buf.getvalue().splitlines()]
     assert [e["event"] for e in events] == [
-        "start_model", "start_layer", "trial", "trial", "trial", "end_layer",
+        "start_model", "stage", "start_layer", "trial", "trial", "trial", "end_layer",
         "message", "start_layer", "trial", "end_layer",
     ]
+    events.pop(1)
     assert events[0]["layers"] == [{"name": "conv_a", "trials": 3}, {"name": "dense_b", "trials": 2}]
     assert events[1] == {**events[1], "layer": "conv_a", "tuner": "random", "match_score": 0.0, "trials": 3}
     assert events[3]["best_latency"] is None  # inf is not valid JSON
@@ -589,6 +591,20 @@ def test_rich_reporter_renders_without_tty() -> None:
     assert "done conv_a" in text and "2.50x" in text
     assert "history hit [reuse]" in text  # markup in messages is escaped, not interpreted
     assert "resnet18" in text
+
+
+def test_rich_reporter_says_what_it_does_before_the_first_trial() -> None:
+    """24 s at "0/12 eta -:--:--" with no word of why: the model's bar says the stage
+    until the first layer starts."""
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    reporter.start_model("mobilenetv2", [("conv_a", 3)])
+    reporter.stage("timing TVM's default schedule of 1 layer")
+    rendered = reporter._progress.tasks[0].description
+    reporter.start_layer("conv_a", 3, "xgb", 0.0)
+    assert rendered == "mobilenetv2 (1 layer): timing TVM's default schedule of 1 layer"
+    assert reporter._progress.tasks[0].description == "mobilenetv2 (1 layer)"
+    reporter.close()
 
 
 def test_rich_reporter_names_a_layer_the_budget_did_not_reach() -> None:
