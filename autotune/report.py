@@ -440,7 +440,7 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
     tuners = report.get("tuners") if isinstance(report.get("tuners"), Mapping) else {}
     panels = (1 if layer_curves or not tuners else 0) + (1 if tuners else 0)
 
-    fig = Figure(figsize=(9, 4.5 * panels), dpi=100)
+    fig = Figure(figsize=(12, 4.5 * panels), dpi=100)
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
     index = 0
@@ -448,7 +448,8 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
         ax = axes[index]
         index += 1
         for name, (xs, ys) in layer_curves:
-            ax.step(xs, ys, where="post", label=name, linewidth=1.2)
+            # a one-trial layer (a probe) is a point: a step of one point drew nothing
+            ax.step(xs, ys, where="post", label=name, linewidth=1.2, marker="o" if len(xs) == 1 else None, markersize=4)
         ax.set_title(f"{report.get('model', '')}: best latency per layer")
         _decorate(ax, bool(layer_curves), len(layer_curves))
     if tuners:
@@ -477,8 +478,9 @@ def _decorate(ax: Any, has_data: bool, n_series: int) -> None:
         return
     ax.set_yscale("log")  # layers differ by orders of magnitude
     ax.grid(True, which="both", alpha=0.3)
-    if n_series:
-        ax.legend(fontsize="x-small" if n_series > 8 else "small", ncol=2 if n_series > 12 else 1, loc="upper right")
+    if n_series:  # beside the axes: inside, a model's 18 layers' names covered their curves
+        ax.legend(fontsize="x-small" if n_series > 8 else "small", ncol=2 if n_series > 24 else 1,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def write_artifacts(report: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> list[Path]:
