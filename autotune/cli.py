@@ -573,11 +573,18 @@ def cmd_history_show(args) -> int:
         key = _resolve_key(store, args.key)
         recs = store.records(workload_key=key, target_key=args.target, status=args.status)
         w = store.workload(key)
+    held = len(recs)
     recs = recs[-args.limit:]
     if args.json:
         print(json.dumps({"workload": {"key": w.key, "op_class": w.op_class, "descriptor": w.descriptor, "flops": w.flops}, "records": [_record_dict(r) for r in recs]}))
         return 0
     print(f"{w.key}  {w.op_class}  {w.descriptor.get('name', '')}  {w.flops / 1e6:.1f} MFLOP")
+    if not recs:  # the header alone, exit 0, read as a listing cut short
+        which = " ".join(f"{flag} {value}" for flag, value in (("--target", args.target), ("--status", args.status)) if value)
+        print(f"no records{' of ' + which if which else ''}")
+        return 0
+    shown = f" (the last {len(recs)} of {held}; --limit shows more)" if held > len(recs) else ""
+    print(f"{'record':<7} {'status':<12} {'latency':>12} {'tuner':<8} {'target':<24} {'marks':<13} error{shown}")
     for r in recs:
         lat = format_latency(r.latency_median)
         # a twin's timing is another config's, whose program it compiled to

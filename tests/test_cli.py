@@ -431,6 +431,13 @@ def test_history_show_and_best(capsys, populated_history):
     assert [r["config"] for r in data["records"]] == [{"i": 1}, {"i": 2}]  # the two most recent, as its help says
     for bad in ("0", "-1"):  # printed the header alone, exit 0
         _user_error(capsys, ["history", "show", key[:6], "--history", path, "--limit", bad], contains=("--limit must be a positive integer",))
+    # the table has its columns named and says when --limit cut it; no record is said
+    assert main(["history", "show", key[:6], "--history", path, "--limit", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:3] == ["record", "status", "latency"] and lines[1].endswith("(the last 2 of 3; --limit shows more)")
+    assert len(lines) == 4
+    assert main(["history", "show", key[:6], "--history", path, "--target", "cuda:x"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["no records of --target cuda:x"]
     assert main(["history", "best", key[:6], "--history", path, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)
     assert len(best) == 1 and best[0]["config"] == {"i": 0}
