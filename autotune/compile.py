@@ -426,6 +426,34 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     return out
 
 
+def output_info(mod, names: list[str]) -> list[dict[str, Any]]:
+    """Each output the module's ``main`` returns, in order (a tuple's fields flattened as
+    ``run`` flattens them): its name, shape (None where not static) and dtype."""
+    from tvm import relax
+
+    leaves: list[Any] = []
+
+    def walk(ty) -> None:
+        if isinstance(ty, relax.TupleType):
+            for part in ty.fields:
+                walk(part)
+        else:
+            leaves.append(ty)
+
+    walk(mod["main"].ret_ty)
+    info = []
+    for i, leaf in enumerate(leaves):
+        shape = getattr(leaf, "shape", None)
+        values = getattr(shape, "values", None)
+        static = values is not None and all(isinstance(d, int) or hasattr(d, "value") for d in values)
+        info.append({
+            "name": names[i] if i < len(names) else f"output{i}",
+            "shape": [int(d) for d in values] if static else None,
+            "dtype": str(getattr(leaf, "dtype", "")) or None,
+        })
+    return info
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     import hashlib
 
@@ -500,6 +528,8 @@ def compile_model(
         "input_order": list(spec.input_shapes),
         "batch": spec.batch_description(),
         "outputs": spec.output_names,
+        # what each output is, for a caller with no model to ask (names alone before)
+        "output_info": output_info(mod, spec.output_names),
         "batch_norm": batch_norm,
         "layers": applied.layers,
         "device_code": kernels,

@@ -353,3 +353,26 @@ def test_an_exported_module_is_readable_as_any_new_file_and_a_stopped_export_lea
     with pytest.raises(KeyboardInterrupt):
         compiler.export(Stopped(), tmp_path / "again.so", {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dqn.so", "dqn.so.json"]
+
+
+def test_a_modules_description_says_each_outputs_shape_and_dtype(tmp_path, capsys):
+    """It named the outputs alone: a deployment with no model to ask could not tell an
+    int64 index output from a float one, nor their shapes."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from autotune import api
+
+    nodes = [helper.make_node("Relu", ["x"], ["act"]), helper.make_node("ArgMax", ["x"], ["best"], axis=1, keepdims=0)]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("act", TensorProto.FLOAT, [2, 8]),
+                               helper.make_tensor_value_info("best", TensorProto.INT64, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "two.onnx")
+    out = tmp_path / "two.so"
+    assert main(["compile", str(tmp_path / "two.onnx"), "--target", "llvm", "-o", str(out)]) == 0
+    info = json.loads((tmp_path / "two.so.json").read_text())["output_info"]
+    assert info == [{"name": "act", "shape": [2, 8], "dtype": "float32"}, {"name": "best", "shape": [2], "dtype": "int64"}]
+    arrays = api.run(out, repeat=1, return_outputs=True)["output_arrays"]  # what the module gives, as said
+    assert [(list(a.shape), str(a.dtype)) for a in arrays] == [(i["shape"], i["dtype"]) for i in info]
+    assert np.all(arrays[0] >= 0)
