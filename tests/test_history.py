@@ -311,6 +311,37 @@ def test_summary(tmp_path: Path) -> None:
         assert store.summary(target_key="none") == []
 
 
+def test_summary_kept_between_calls_is_what_a_fresh_read_gives(tmp_path: Path) -> None:
+    """summary() rows are kept and only the workloads with new records read again: after
+    records added (by this handle or another), one found wrong and runs removed, each
+    call gives what a handle reading it all afresh does."""
+    path = tmp_path / "h.db"
+
+    def fresh(**kwargs) -> list[dict[str, Any]]:
+        with open_history(str(path), readonly=True) as other:
+            return other.summary(**kwargs)
+
+    with populated(path) as store:
+        calls = ({}, {"searched_only": True}, {"target_key": GPU.key})
+        for kwargs in calls:
+            assert store.summary(**kwargs) == fresh(**kwargs)
+        store.add_record(workload_key=DENSE.key, target_key=GPU.key, space_id="d1", config={"k": 3}, samples=[2e-4],
+                         status="ok", run_id="r2")
+        with open_history(str(path)) as other:  # another process's records
+            other.register_workload(dataclasses.replace(DENSE, key="dense:n1:k512:m10", batch_invariant_key="dense:k512:m10"))
+            other.add_record(workload_key="dense:n1:k512:m10", target_key=CPU.key, space_id="d1", config={"k": 1},
+                             samples=[1e-4], status="ok", run_id="r2")
+        for kwargs in calls:
+            assert store.summary(**kwargs) == fresh(**kwargs)
+        assert {r["workload_key"] for r in store.summary()} >= {DENSE.key, "dense:n1:k512:m10"}
+        store.set_verified(store.best(CONV.key, GPU.key).id, False, "wrong")  # no row added: read again
+        for kwargs in calls:
+            assert store.summary(**kwargs) == fresh(**kwargs)
+        store.remove_runs(["r1"])
+        for kwargs in calls:
+            assert store.summary(**kwargs) == fresh(**kwargs)
+
+
 def test_runs(tmp_path: Path) -> None:
     check_runs(str(tmp_path / "h.db"))
 
