@@ -291,12 +291,13 @@ def run(
         _check_path(value, name)
     check_flag(return_outputs, "return_outputs")
     meta = load_metadata(module)
+    casts: dict[str, str] = {}
     if inputs is None:
         feed, source = seeded_inputs(meta, seed), f"seed {seed}"
     elif isinstance(inputs, Mapping):
-        feed, source = check_inputs(inputs, meta), "given"
+        feed, source = check_inputs(inputs, meta, casts=casts), "given"
     elif isinstance(inputs, (str, os.PathLike)):
-        feed, source = load_inputs(inputs, meta), str(inputs)
+        feed, source = load_inputs(inputs, meta, casts=casts), str(inputs)
     else:  # a list of arrays failed in open(): "expected str, bytes or os.PathLike object, not list"
         names = quoted_text(", ".join(meta.get("input_order") or meta.get("inputs") or []))
         raise OptionError(f"{{inputs}} must be a dict of arrays by input name ({names}) or an .npz file, got "
@@ -310,6 +311,8 @@ def run(
         check_not_an_input(save_outputs, given)
     result = run_module(module, repeat=repeat, inputs=feed)
     result["inputs_from"] = source
+    if casts:  # each input given in another dtype than the module takes, as numpy cast it
+        result["inputs_cast"] = casts
     outputs = result.pop("output_arrays")
     if check is not None:
         check = str(check)

@@ -349,8 +349,15 @@ def cmd_run(args) -> int:
 
         print(json.dumps(strict_json(result), allow_nan=False))  # an infinite error (NaN against a number) as null
     else:
-        print(f"{result['model']} on {result['target']} (inputs from {result['inputs_from']}): median {result['latency_median_s'] * 1e3:.3f} ms "
-              f"(mean {result['latency_mean_s'] * 1e3:.3f} ms, std {result['latency_std_s'] * 1e3:.3f} ms, {result['repeat']}x{result['number']} runs)")
+        from autotune.progress import format_latency
+
+        print(f"{result['model']} on {result['target']} (inputs from {result['inputs_from']}): median "
+              f"{format_latency(result['latency_median_s'])} (mean {format_latency(result['latency_mean_s'])}, std "
+              f"{format_latency(result['latency_std_s'])}, {result['repeat']}x{result['number']} runs)")
+        # a cast of kind (int or bool data into a float input) said; float64 into float32 is every numpy user's
+        kind = {k: v for k, v in result.get("inputs_cast", {}).items() if v.split(" -> ")[0][:1] in ("i", "u", "b")}
+        if kind:
+            print("  note: cast to the module's dtypes: " + ", ".join(f"{k} {v}" for k, v in kind.items()))
         if "check" in result:
             c = result["check"]
             tol = c["tolerance"]

@@ -74,7 +74,7 @@ def _index_limit(info: Mapping[str, Any]) -> int | None:
     return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
 
 
-def load_inputs(path: str | os.PathLike, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+def load_inputs(path: str | os.PathLike, meta: dict[str, Any], casts: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """The module's inputs from an ``.npz`` file, one array per input name, as
     :func:`check_inputs` accepts them. Read with pickling off: an object array in the
     file is refused, never unpickled."""
@@ -98,12 +98,15 @@ def load_inputs(path: str | os.PathLike, meta: dict[str, Any]) -> dict[str, np.n
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise AutotuneError(f"cannot read inputs from {path} (an .npz of arrays named as the model's inputs): {reason}") from None
-    return check_inputs(arrays, meta, source=str(path))
+    return check_inputs(arrays, meta, source=str(path), casts=casts)
 
 
-def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str = "inputs") -> dict[str, np.ndarray]:
+def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str = "inputs",
+                 casts: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Exactly the module's inputs, each of its shape; a dtype numpy casts without loss
-    of kind (float64 data for a float32 input) is cast, any other refused."""
+    of kind (float64 data for a float32 input) is cast, any other refused. Each cast is
+    noted in ``casts`` where given (``{"x": "int32 -> float32"}``): int data fed to a
+    float module ran with no word of it."""
     want = meta["inputs"]
     missing = [name for name in want if name not in arrays]
     unknown = [name for name in arrays if name not in want]
@@ -134,6 +137,8 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
                 top = float(np.abs(array[np.isfinite(array)]).max())
                 raise AutotuneError(f"{source}: input {name} holds values up to {top:g}, past what {dtype} holds "
                                     f"({float(ml_dtypes.finfo(dtype).max):g}): the module takes {dtype}")
+            if casts is not None:
+                casts[name] = f"{array.dtype} -> {dtype}"
             array = narrow
         limit = _index_limit(info)
         lo, hi = (array.min(), array.max()) if limit is not None and array.size else (0, 0)

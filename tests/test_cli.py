@@ -1313,6 +1313,13 @@ def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):
     with np.load(env / "out" / "y.npz") as saved:
         assert saved.files == ["y"]
         np.testing.assert_allclose(saved["y"], np.maximum(x @ np.ones((8, 4)), 0), rtol=1e-6)
+    assert result["inputs_cast"] == {"x": "float64 -> float32"}
+    # int data for a float input ran with no word of the cast: said now (float64's is every numpy user's)
+    np.savez(env / "ints.npz", x=np.arange(16, dtype=np.int32).reshape(2, 8))
+    assert main(["run", "m.so", "--inputs", "ints.npz", "--repeat", "1"]) == 0
+    assert "note: cast to the module's dtypes: x int32 -> float32" in capsys.readouterr().out
+    assert main(["run", "m.so", "--inputs", "in.npz", "--repeat", "1"]) == 0
+    assert "cast" not in capsys.readouterr().out
 
     def refused(path, *words):
         before = sorted(p.name for p in env.iterdir())
