@@ -109,7 +109,9 @@ def tune(
     """Tune every layer of ``model`` (a zoo name or an ONNX file) and return the run's report.
 
     ``options`` are :func:`tune_options`'s keywords (``trials=64``, ``tuner="auto"``,
-    ``repeat=5``, ``rpc="host:9190:key"``, ...). Every measurement goes to ``history``
+    ``repeat=5``, ``rpc="host:9190:key"``, ...); among them ``batch`` is how many
+    candidates are built and measured per round, not the model's batch, which is
+    ``batch_size`` for a zoo model and the first input's shape in ``input_shapes`` for a file. Every measurement goes to ``history``
     (default ``$AUTOTUNE_HISTORY`` or ``~/.autotune/history.db``) as it is made; the
     report is written to ``out_dir`` (default ``~/.autotune/runs/RUN_ID``, given back as
     ``report_dir``) and, with ``mlflow``, logged as an MLflow run (``mlflow_run_id``) in
