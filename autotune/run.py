@@ -338,11 +338,15 @@ def onnx_reference(model_path_or_proto, inputs: dict[str, np.ndarray]) -> list[n
     from onnx import version_converter
     from onnx.reference import ReferenceEvaluator
 
+    from autotune.reference_ops import corrected_ops
+
     proto = onnx.load(str(model_path_or_proto)) if isinstance(model_path_or_proto, (str, os.PathLike)) else model_path_or_proto
     tried: set[int] = set()
     while True:
         try:
-            return [np.asarray(o) for o in ReferenceEvaluator(proto).run(None, inputs)]
+            # with the evaluator's own slips corrected (autotune.reference_ops): it called
+            # correct LRN and opset-11 softmax modules wrong
+            return [np.asarray(o) for o in ReferenceEvaluator(proto, new_ops=corrected_ops(proto)).run(None, inputs)]
         except RuntimeError as err:
             newer = _opset_the_evaluator_has(str(err))
             if newer is None or newer in tried:
