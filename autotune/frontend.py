@@ -521,6 +521,63 @@ BATCH_NORM_LAYERINGS = ("separate", "epilogue", "weights")
 DEFAULT_BATCH_NORM = "weights"
 
 
+#: ONNX's element types as TVM names them (the ones a model's outputs take).
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+                10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+
+
+def check_declared_outputs(spec: ModelSpec, mod) -> None:
+    """Refuse a module whose outputs are not the shapes and types the model declares.
+
+    TVM's frontend imports some nodes without error and computes them otherwise than
+    ONNX: a ConvTranspose's ``output_shape`` was ignored (1x5x14x16 where ONNX gives
+    1x5x15x16), LayerNormalization's optional Mean and InvStdDev came back as 0-d zeros.
+    Tune and compile went through and only ``run --check`` said MISMATCH. A dimension or
+    type the model leaves open, or outputs that do not pair up one to one, are not judged.
+    """
+    from tvm import relax
+
+    from autotune.decompose import shape_text
+
+    leaves: list[Any] = []
+
+    def walk(ty) -> None:
+        if isinstance(ty, relax.TupleType):
+            for part in ty.fields:
+                walk(part)
+        else:
+            leaves.append(ty)
+
+    walk(mod["main"].ret_ty)
+    declared = list(spec.proto.graph.output)
+    if len(leaves) != len(declared):
+        return
+    makers = {out: node for node in spec.proto.graph.node for out in node.output}
+    for ours, theirs in zip(leaves, declared):
+        tensor = theirs.type.tensor_type
+        values = getattr(getattr(ours, "shape", None), "values", None)
+        if values is None or not all(hasattr(d, "value") or isinstance(d, int) for d in values):
+            continue
+        shape = [int(d) for d in values]
+        dtype = str(getattr(ours, "dtype", ""))
+        problems = []
+        if tensor.HasField("shape"):
+            dims = list(tensor.shape.dim)
+            if len(dims) != len(shape) or any(d.HasField("dim_value") and d.dim_value != n for d, n in zip(dims, shape)):
+                problems.append(f"shape {shape_text(shape)} where the model declares "
+                                f"{_shape_text(dims) if dims else 'a scalar'}")
+        want = _ONNX_DTYPES.get(tensor.elem_type)
+        if want is not None and dtype and dtype != want:
+            problems.append(f"type {dtype} where the model declares {want}")
+        if problems:
+            maker = makers.get(theirs.name)
+            by = f" (made by {maker.op_type} {maker.name or maker.output[0]!r})" if maker is not None else ""
+            raise AutotuneError(
+                f"{spec.source}: TVM's ONNX frontend gives output {theirs.name!r}{by} {' and '.join(problems)}: it "
+                "computes a node on the way otherwise than ONNX does, and the module's outputs would be wrong"
+            )
+
+
 def load_and_fuse(model: str, *, batch_norm: str = DEFAULT_BATCH_NORM, **kwargs):
     """Convenience for commands: (spec, fused Relax IRModule); ``kwargs`` go to
     :func:`load_model`.
@@ -541,6 +598,7 @@ def load_and_fuse(model: str, *, batch_norm: str = DEFAULT_BATCH_NORM, **kwargs)
         )
     spec = load_model(model, fold_batch_norm=batch_norm == "weights", **kwargs)
     imported = to_relax(spec)
+    check_declared_outputs(spec, imported)
     try:
         return spec, fuse(imported, batch_norm_in_epilogue=batch_norm == "epilogue")
     except AutotuneError as err:

@@ -806,3 +806,34 @@ def test_onnxsims_warnings_of_nodes_it_cannot_fold_do_not_reach_the_user(tmp_pat
     assert spec.input_shapes == {"x": (4, 4)}
     out, err = capfd.readouterr()
     assert "failed to run" not in out + err
+
+
+def test_outputs_tvm_imports_otherwise_than_the_model_declares_are_refused(tmp_path):
+    """ConvTranspose's output_shape ignored (1x5x14x16 for 1x5x15x16) and LayerNormalization's
+    Mean made a 0-d zero: tune and compile went through, run --check said MISMATCH."""
+    from autotune.frontend import load_and_fuse
+
+    def save(name, nodes, inits, outputs):
+        graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(inits.pop("x")))],
+                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+                                  [numpy_helper.from_array(v, k) for k, v in inits.items()])
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+        return str(path)
+
+    w = np.ones((3, 5, 3, 3), np.float32)
+    shaped = save("convt", [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], output_shape=[15, 16],
+                                             auto_pad="SAME_UPPER")], {"x": (1, 3, 7, 8), "w": w}, [("y", [1, 5, 15, 16])])
+    with pytest.raises(AutotuneError, match=r"output 'y' \(made by ConvTranspose 'y'\) shape 1x5x14x16 where the model declares 1x5x15x16"):
+        load_and_fuse(shaped)
+    norm = save("ln", [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mu", "isd"], axis=1)],
+                {"x": (2, 3, 4, 4), "g": np.ones((3, 4, 4), np.float32), "b": np.zeros((3, 4, 4), np.float32)},
+                [("y", [2, 3, 4, 4]), ("mu", [2, 1, 1, 1]), ("isd", [2, 1, 1, 1])])
+    with pytest.raises(AutotuneError, match=r"output 'mu' .* shape scalar where the model declares 2x1x1x1"):
+        load_and_fuse(norm)
+    # the same layer norm asked for its normalized output alone is what ONNX says
+    alone = save("ln1", [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=1)],
+                 {"x": (2, 3, 4, 4), "g": np.ones((3, 4, 4), np.float32), "b": np.zeros((3, 4, 4), np.float32)},
+                 [("y", [2, 3, 4, 4])])
+    spec, _ = load_and_fuse(alone)
+    assert spec.output_names == ["y"]
