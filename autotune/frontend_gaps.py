@@ -17,6 +17,11 @@ TVM has one ``Resize`` converter (opset 18's); what it gets wrong:
   With ``sizes`` given, ONNX's scale is that ratio too, so those pass.
 - opset 10's ``Resize(X, scales)``: its scales read as opset 11's ``roi`` (even a scale
   of 2.0 failed in the converter, in a line that named no cause).
+
+And ``Upsample`` (opsets 7 to 9, retired at 10): at opset 7 nearest rounds the source
+index (half to even) where ONNX floors it (5.66 off at scales 2 and 3 on a 4x8x8
+input), at opset 9 the converter fails on its scales input ("object of type 'NoneType'
+has no len()"). ONNX's version converter makes it a Resize, which imports right.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ _WHOLE = 1e-5
 
 def refuse_frontend_gaps(proto, source: str) -> None:
     """Raise for the first node of ``proto`` (static input shapes) listed above."""
+    for node in proto.graph.node:
+        if node.op_type == "Upsample" and node.domain in ("", "ai.onnx"):
+            raise AutotuneError(
+                f"{source}: Upsample {node.name or node.output[0]!r} (an operator ONNX retired at opset 10) is one TVM's "
+                "ONNX frontend computes otherwise than ONNX (nearest picks source pixels by rounding where ONNX floors: "
+                "5.66 off at scales 2 and 3) or cannot import (opset 9's scales input): convert the model first, "
+                "onnx.version_converter.convert_version(model, 13), which makes it a Resize"
+            )
     resizes = [n for n in proto.graph.node if n.op_type == "Resize" and n.domain in ("", "ai.onnx")]
     if not resizes:
         return
