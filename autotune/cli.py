@@ -368,8 +368,12 @@ def cmd_run(args) -> int:
                 print(f"  note: the reference's {o['name']} lies within atol of zero (largest {o['reference_max_abs']:.3g}), "
                       f"so any output passes there; give --atol below that to check it")
             off = [o for o in c.get("outputs", []) if not o["matched"]]
-            if not c["ok"] and off and len(c.get("outputs", [])) > 1:
-                print("  outputs off: " + ", ".join(f"{o['name']} ({o['max_abs_error']:.3g})" for o in off))
+            if not c["ok"] and off and (len(c.get("outputs", [])) > 1 or any("shape" in o for o in off)):
+                from autotune.decompose import shape_text
+
+                print("  outputs off: " + ", ".join(
+                    f"{o['name']} (shape {shape_text(o['shape'])}, the reference's {shape_text(o['reference_shape'])})"
+                    if "shape" in o else f"{o['name']} ({o['max_abs_error']:.3g})" for o in off))
             if "float32" in c:
                 f = c["float32"]
                 print(f"  half precision, against the model in float32: ours {f['max_abs_error']:.3g} off, the reference "

@@ -1354,3 +1354,18 @@ def test_sqlalchemys_pool_logs_no_traceback_on_the_users_terminal(capsys):
     except KeyboardInterrupt:
         logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("Exception closing connection", exc_info=True)
     assert capsys.readouterr().err == ""
+
+
+def test_a_check_whose_output_shapes_differ_names_both(capsys, env, dyn_model):
+    """"MISMATCH (max abs error inf)" named neither shape."""
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "m.so"]) == 0
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(env / "relu.onnx"))
+    capsys.readouterr()
+    assert main(["run", "m.so", "--check", "relu.onnx", "--repeat", "1"]) == 1
+    assert "outputs off: y (shape 2x4, the reference's 2x8)" in capsys.readouterr().out
+    assert main(["run", "m.so", "--check", "relu.onnx", "--repeat", "1", "--json"]) == 1
+    (y,) = json.loads(capsys.readouterr().out)["check"]["outputs"]
+    assert (y["shape"], y["reference_shape"], y["matched"]) == ([2, 4], [2, 8], False)
