@@ -282,6 +282,12 @@ class TuneSession:
             self.reporter.start_model(spec.name, planned, total=opts.trials)
             if hint:
                 self.reporter.message(f"note: {hint}")
+            if not tunable:  # an empty table and "timing noise" said nothing of why
+                self.reporter.message(
+                    f"note: {spec.name} has no tunable layer ({len(layers)} kernel{'s' if len(layers) != 1 else ''}, none a "
+                    "convolution, matrix product, pooling, softmax, norm or other reduction): nothing to tune, its "
+                    "kernels keep TVM's defaults"
+                )
             for run in others:
                 self.reporter.message(
                     f"note: run {run['run_id']} (pid {run['params']['pid']}) is measuring on this machine too: timings "

@@ -1369,3 +1369,15 @@ def test_a_check_whose_output_shapes_differ_names_both(capsys, env, dyn_model):
     assert main(["run", "m.so", "--check", "relu.onnx", "--repeat", "1", "--json"]) == 1
     (y,) = json.loads(capsys.readouterr().out)["check"]["outputs"]
     assert (y["shape"], y["reference_shape"], y["matched"]) == ([2, 4], [2, 8], False)
+
+
+def test_a_model_with_nothing_to_tune_says_so(capsys, env):
+    """An empty table and "timing noise" said nothing of why."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(env / "relu.onnx"))
+    assert main(["tune", "relu.onnx", "--target", "llvm", "--trials", "4", "--no-mlflow", "--json", "--no-model-latency"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    said = [e["text"] for e in events if e.get("event") == "message"]
+    assert any(t.startswith("note: relu has no tunable layer (1 kernel, none a convolution") for t in said), said
