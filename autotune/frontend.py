@@ -218,6 +218,10 @@ def load_model(
                     f"{model}: its weights are stored in {missing} beside it (ONNX external data, as torch's "
                     "dynamo exporter writes them), which cannot be read; keep that file next to the model"
                 ) from None
+            short = _short_external_data(path)
+            if short:  # read as "not an ONNX model", of a model whose weights file was cut short
+                raise AutotuneError(f"{model}: its weights file {short} beside it is cut short (the model reads past its "
+                                    "end): copy it again") from None
             raise AutotuneError(f"{model} is not an ONNX model ({type(err).__name__}: {first_line(err)})") from None
         if not proto.graph.node:
             raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
@@ -251,6 +255,30 @@ def _unreadable_external_data(path: Path) -> str | None:
         where = path.parent / location if location else None
         if where is not None and not (where.is_file() and os.access(where, os.R_OK)):
             return location
+    return None
+
+
+def _short_external_data(path: Path) -> str | None:
+    """The first external-data file shorter than the weights the model reads from it
+    (offset plus length), as ``name (N bytes, M needed)``, or None."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return None
+    for tensor in proto.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        entries = {entry.key: entry.value for entry in tensor.external_data}
+        where = path.parent / entries.get("location", "")
+        try:
+            need = int(entries.get("offset", 0) or 0) + int(entries.get("length", 0) or 0)
+            size = where.stat().st_size
+        except (OSError, ValueError):
+            continue
+        if need > size:
+            return f"{entries.get('location')} ({size:,} bytes, {need:,} needed)"
     return None
 
 

@@ -86,6 +86,12 @@ def test_model_without_its_external_data(capsys, env):
     data = Path(__file__).parent / "data"  # the dynamo exporter's weights live in .onnx.data beside it
     shutil.copy(data / "torchvision_regnet_dynamo.onnx", env / "regnet.onnx")
     _user_error(capsys, ["layers", "regnet.onnx"], contains=("torchvision_regnet_dynamo.onnx.data", "external data"))
+    # the weights file there but cut short: it said "not an ONNX model"
+    shutil.copy(data / "torchvision_convnext_dynamo.onnx", env / "convnext.onnx")
+    weights = (data / "torchvision_convnext_dynamo.onnx.data").read_bytes()
+    (env / "torchvision_convnext_dynamo.onnx.data").write_bytes(weights[:1000])
+    _user_error(capsys, ["layers", "convnext.onnx"], contains=("weights file torchvision_convnext_dynamo.onnx.data (1,000 bytes",
+                                                               "is cut short"))
 
 
 def test_unknown_zoo_name(capsys):
