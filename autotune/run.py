@@ -52,6 +52,11 @@ def seeded_inputs(meta: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
         shape = [int(d) for d in info["shape"]]
         if dtype.kind == "f" or dtype.name == "bfloat16":
             out[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu" and dtype.itemsize == 1 and _index_limit(info) is None:
+            # 8-bit data (a quantized tensor, an image's bytes) over its whole range: 0 and 1
+            # alone, below a DequantizeLinear's zero point of 3, made its output all zeros
+            limits = np.iinfo(dtype)
+            out[name] = rng.integers(int(limits.min), int(limits.max) + 1, size=shape).astype(dtype)
         else:  # an index over its whole table where the module knows its length (rows 0 and 1 alone
             # of a 50-row embedding were checked), else 0 and 1: masks and flags
             out[name] = rng.integers(0, _index_limit(info) or 2, size=shape).astype(dtype)

@@ -1387,3 +1387,23 @@ def test_a_model_with_nothing_to_tune_says_so(capsys, env):
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     said = [e["text"] for e in events if e.get("event") == "message"]
     assert any(t.startswith("note: relu has no tunable layer (1 kernel, none a convolution") for t in said), said
+
+
+def test_seeded_8_bit_inputs_span_their_range_and_check_conclusively(capsys, env):
+    """An int8 input drawn from 0 and 1 only, under a DequantizeLinear's zero point of 3
+    and a Relu: the reference was all zeros, and the check "OK, inconclusive"."""
+    nodes = [helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("q", TensorProto.INT8, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+                              [numpy_helper.from_array(np.array(0.05, np.float32), "scale"),
+                               numpy_helper.from_array(np.array(3, np.int8), "zero")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), env / "dq.onnx")
+    assert main(["compile", "dq.onnx", "--target", "llvm", "-o", "dq.so"]) == 0
+    from autotune.run import load_metadata, seeded_inputs
+
+    q = seeded_inputs(load_metadata(env / "dq.so"))["q"]
+    assert q.dtype == np.int8 and q.min() < -64 and q.max() > 64
+    capsys.readouterr()
+    assert main(["run", "dq.so", "--check", "dq.onnx", "--repeat", "1", "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["ok"] and check["conclusive"]
