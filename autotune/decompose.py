@@ -346,9 +346,14 @@ def _attributes(anchor, blocks, op_class: str, weights: list[list[int]]) -> dict
         padding = _padding(blocks, rank)
         if op_class.endswith("_transpose"):
             # The anchor slides with stride 1 over the input spread by the real stride and
-            # padded by kernel - 1 - pad: read both back as the model wrote them.
+            # padded by kernel - 1 - pad: read both back as the model wrote them. A
+            # dilated kernel is spread out first (kernel_dilate), so the anchor's kernel is
+            # the spread one and its own dilation 1: it read dilation 1 and kernel 5 for a
+            # 3x3 kernel dilated by 2.
             strides = _spread(blocks, rank)
             padding = [max(0, (k - 1) * d - p) for k, d, p in zip(kernel, dilations, padding)]
+            dilations = _spread(blocks, rank, block="kernel_dilate")
+            kernel = [(k - 1) // d + 1 for k, d in zip(kernel, dilations)]
         attrs["stride"] = strides
         attrs["dilation"] = dilations
         attrs["kernel"] = kernel
@@ -359,6 +364,10 @@ def _attributes(anchor, blocks, op_class: str, weights: list[list[int]]) -> dict
             attrs["groups"] = in_ch or 1
         elif w and len(w) == rank + 2 and w[1] and not op_class.endswith("_transpose"):
             attrs["groups"] = max(1, in_ch // w[1]) if in_ch else 1
+        elif w and len(w) == rank + 2 and w[1] and anchor.writes:
+            # a transposed convolution's weight is (in, out / groups, ...): it read 1 always
+            out_ch = int(anchor.writes[0].source.shape[1])
+            attrs["groups"] = out_ch // w[1] if out_ch % w[1] == 0 and out_ch >= w[1] else 1
         else:
             attrs["groups"] = 1
     elif op_class == "pool":
@@ -382,11 +391,11 @@ def _spatial_rank(anchor) -> int:
     return max(1, len(anchor.reads[0].source.shape) - 2)
 
 
-def _spread(blocks, rank: int) -> list[int]:
+def _spread(blocks, rank: int, block: str = "data_dilate") -> list[int]:
     """A transposed convolution's stride: the divisor in data_dilate's ``x // stride`` reads
-    (no such block: stride 1)."""
+    (no such block: stride 1); with ``block="kernel_dilate"``, its kernel's dilation."""
     for b in blocks:
-        if b.name_hint == "data_dilate" and b.reads:
+        if b.name_hint == block and b.reads:
             return [_floordiv_divisor(idx.min) for idx in b.reads[0].region[-rank:]]
     return [1] * rank
 

@@ -414,6 +414,19 @@ def test_transposed_convolutions_are_their_own_class_with_the_models_attributes(
     assert layer.flops == 2 * math.prod(y) * x[1] * math.prod(want["kernel"])
 
 
+def test_a_transposed_convolutions_dilation_and_groups_are_read_as_the_model_wrote_them(tmp_path):
+    """A 3x3 kernel dilated by 2 read as kernel 5 and dilation 1 (TOPI spreads the kernel
+    first), and groups read 1 always: what history's matching compares layers by."""
+    dilated = _conv_model(tmp_path, "trdil", (1, 4, 6, 6), (4, 6, 3, 3), (1, 6, 21, 13), op="ConvTranspose",
+                          kernel_shape=[3, 3], strides=[3, 2], dilations=[2, 1], output_padding=[2, 1], pads=[1, 0, 0, 1])
+    assert {k: dilated.attrs[k] for k in ("stride", "dilation", "kernel", "groups")} == dict(
+        stride=[3, 2], dilation=[2, 1], kernel=[3, 3], groups=1)
+    grouped = _conv_model(tmp_path, "trgrp", (1, 4, 16, 16), (4, 2, 3, 3), (1, 4, 34, 33), op="ConvTranspose",
+                          kernel_shape=[3, 3], strides=[2, 2], output_padding=[1, 0], group=2)
+    assert {k: grouped.attrs[k] for k in ("stride", "dilation", "kernel", "groups")} == dict(
+        stride=[2, 2], dilation=[1, 1], kernel=[3, 3], groups=2)
+
+
 def test_a_layer_whose_shapes_are_known_only_at_run_time_keeps_tvms_default(tmp_path, capsys):
     """NonMaxSuppression's output shape depends on its data: such a layer is described
     (unknown dimensions as -1) and left to TVM's default schedule, and the model compiles;
