@@ -429,29 +429,10 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
 def output_info(mod, names: list[str]) -> list[dict[str, Any]]:
     """Each output the module's ``main`` returns, in order (a tuple's fields flattened as
     ``run`` flattens them): its name, shape (None where not static) and dtype."""
-    from tvm import relax
+    from autotune.frontend import output_types, static_shape
 
-    leaves: list[Any] = []
-
-    def walk(ty) -> None:
-        if isinstance(ty, relax.TupleType):
-            for part in ty.fields:
-                walk(part)
-        else:
-            leaves.append(ty)
-
-    walk(mod["main"].ret_ty)
-    info = []
-    for i, leaf in enumerate(leaves):
-        shape = getattr(leaf, "shape", None)
-        values = getattr(shape, "values", None)
-        static = values is not None and all(isinstance(d, int) or hasattr(d, "value") for d in values)
-        info.append({
-            "name": names[i] if i < len(names) else f"output{i}",
-            "shape": [int(d) for d in values] if static else None,
-            "dtype": str(getattr(leaf, "dtype", "")) or None,
-        })
-    return info
+    return [{"name": names[i] if i < len(names) else f"output{i}", "shape": static_shape(ty),
+             "dtype": str(getattr(ty, "dtype", "")) or None} for i, ty in enumerate(output_types(mod))]
 
 
 def file_sha256(path: str | os.PathLike) -> str:

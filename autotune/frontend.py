@@ -238,20 +238,25 @@ def is_zoo_name(model: str) -> bool:
     return model in {e.name for e in zoo.list_models()}
 
 
-def _unreadable_external_data(path: Path) -> str | None:
-    """The first external-data file the model's weights name that is not a readable
-    file beside it, or None. ``onnx.load`` reports one as a ValidationError about a
-    tensor, which read as if the model itself were broken."""
+def _external_data(path: Path) -> list[dict[str, str]]:
+    """Each external-data entry of the model's weights (``location``, ``offset``,
+    ``length``), read without loading the data; none where the model cannot be read."""
     import onnx
 
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception:
-        return None
-    for tensor in proto.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), None)
+        return []
+    return [{entry.key: entry.value for entry in tensor.external_data} for tensor in proto.graph.initializer
+            if tensor.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _unreadable_external_data(path: Path) -> str | None:
+    """The first external-data file the model's weights name that is not a readable
+    file beside it, or None. ``onnx.load`` reports one as a ValidationError about a
+    tensor, which read as if the model itself were broken."""
+    for entries in _external_data(path):
+        location = entries.get("location")
         where = path.parent / location if location else None
         if where is not None and not (where.is_file() and os.access(where, os.R_OK)):
             return location
@@ -261,20 +266,10 @@ def _unreadable_external_data(path: Path) -> str | None:
 def _short_external_data(path: Path) -> str | None:
     """The first external-data file shorter than the weights the model reads from it
     (offset plus length), as ``name (N bytes, M needed)``, or None."""
-    import onnx
-
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception:
-        return None
-    for tensor in proto.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        entries = {entry.key: entry.value for entry in tensor.external_data}
-        where = path.parent / entries.get("location", "")
+    for entries in _external_data(path):
         try:
             need = int(entries.get("offset", 0) or 0) + int(entries.get("length", 0) or 0)
-            size = where.stat().st_size
+            size = (path.parent / entries.get("location", "")).stat().st_size
         except (OSError, ValueError):
             continue
         if need > size:
@@ -554,18 +549,10 @@ _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6:
                 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
 
 
-def check_declared_outputs(spec: ModelSpec, mod) -> None:
-    """Refuse a module whose outputs are not the shapes and types the model declares.
-
-    TVM's frontend imports some nodes without error and computes them otherwise than
-    ONNX: a ConvTranspose's ``output_shape`` was ignored (1x5x14x16 where ONNX gives
-    1x5x15x16), LayerNormalization's optional Mean and InvStdDev came back as 0-d zeros.
-    Tune and compile went through and only ``run --check`` said MISMATCH. A dimension or
-    type the model leaves open, or outputs that do not pair up one to one, are not judged.
-    """
+def output_types(mod) -> list[Any]:
+    """The types of what the module's ``main`` returns, a tuple's fields flattened in order
+    (as ``run`` flattens the outputs)."""
     from tvm import relax
-
-    from autotune.decompose import shape_text
 
     leaves: list[Any] = []
 
@@ -577,16 +564,38 @@ def check_declared_outputs(spec: ModelSpec, mod) -> None:
             leaves.append(ty)
 
     walk(mod["main"].ret_ty)
+    return leaves
+
+
+def static_shape(ty) -> list[int] | None:
+    """A tensor type's shape, or None where it is not known at compile time."""
+    values = getattr(getattr(ty, "shape", None), "values", None)
+    if values is None or not all(hasattr(d, "value") or isinstance(d, int) for d in values):
+        return None
+    return [int(d) for d in values]
+
+
+def check_declared_outputs(spec: ModelSpec, mod) -> None:
+    """Refuse a module whose outputs are not the shapes and types the model declares.
+
+    TVM's frontend imports some nodes without error and computes them otherwise than
+    ONNX: a ConvTranspose's ``output_shape`` was ignored (1x5x14x16 where ONNX gives
+    1x5x15x16), LayerNormalization's optional Mean and InvStdDev came back as 0-d zeros.
+    Tune and compile went through and only ``run --check`` said MISMATCH. A dimension or
+    type the model leaves open, or outputs that do not pair up one to one, are not judged.
+    """
+    from autotune.decompose import shape_text
+
+    leaves = output_types(mod)
     declared = list(spec.proto.graph.output)
     if len(leaves) != len(declared):
         return
     makers = {out: node for node in spec.proto.graph.node for out in node.output}
     for ours, theirs in zip(leaves, declared):
         tensor = theirs.type.tensor_type
-        values = getattr(getattr(ours, "shape", None), "values", None)
-        if values is None or not all(hasattr(d, "value") or isinstance(d, int) for d in values):
+        shape = static_shape(ours)
+        if shape is None:
             continue
-        shape = [int(d) for d in values]
         dtype = str(getattr(ours, "dtype", ""))
         problems = []
         if tensor.HasField("shape"):
