@@ -111,7 +111,8 @@ def tune(
     ``options`` are :func:`tune_options`'s keywords (``trials=64``, ``tuner="auto"``,
     ``repeat=5``, ``rpc="host:9190:key"``, ...); among them ``batch`` is how many
     candidates are built and measured per round, not the model's batch, which is
-    ``batch_size`` for a zoo model and the first input's shape in ``input_shapes`` for a file. Every measurement goes to ``history``
+    ``batch_size`` for a zoo model and part of ``input_shapes`` for a file. Every
+    measurement goes to ``history``
     (default ``$AUTOTUNE_HISTORY`` or ``~/.autotune/history.db``) as it is made; the
     report is written to ``out_dir`` (default ``~/.autotune/runs/RUN_ID``, given back as
     ``report_dir``) and, with ``mlflow``, logged as an MLflow run (``mlflow_run_id``) in
@@ -311,7 +312,7 @@ def run(
         given = [module, f"{module}.json", *([inputs] if isinstance(inputs, (str, os.PathLike)) else []),
                  *([check] if check is not None else [])]
         check_not_an_input(save_outputs, given)
-    result = run_module(module, repeat=repeat, inputs=feed)
+    result = run_module(module, repeat=repeat, inputs=feed, meta=meta)
     result["inputs_from"] = source
     if casts:  # each input given in another dtype than the module takes, as numpy cast it
         result["inputs_cast"] = casts

@@ -264,12 +264,14 @@ def run_module(
     number: int = 0,
     warmup: int = 2,
     inputs: Mapping[str, np.ndarray] | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Outputs and latency statistics (seconds) of the exported module on ``inputs``
-    (checked by :func:`check_inputs`), or on seeded ones."""
+    (checked by :func:`check_inputs`), or on seeded ones; ``meta`` is its description
+    where the caller has read it (:func:`load_metadata` digests the whole module)."""
     import tvm
 
-    meta = load_metadata(path)
+    meta = load_metadata(path) if meta is None else meta
     vm, dev = load(path, meta)
     inputs = seeded_inputs(meta, seed) if inputs is None else check_inputs(inputs, meta)
     args = [tvm.runtime.tensor(inputs[name], dev) for name in argument_order(path, meta, vm)]
