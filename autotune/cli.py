@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     h.add_argument("run_ids", nargs="+", metavar="RUN", help="a run id as `history runs` shows it, or a unique prefix")
     h.add_argument("--dry-run", "-n", action="store_true", help="say what would be removed; remove nothing")
+    h.add_argument("--force", action="store_true",
+                   help="remove a run still marked running whose process this machine cannot check (another host's, "
+                   "gone for good); a run of a live process here is refused all the same")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_rm)
@@ -662,6 +665,9 @@ def cmd_history_import(args) -> int:
     n_runs = counts.get("runs_added", 0)
     runs = f", {n_runs} run{'s' if n_runs != 1 else ''}" if n_runs else ""
     print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present){runs}")
+    if not args.json:
+        for line in counts.get("versions_differ", []):
+            print(f"  note: {line}; history keeps one version per target, the first it knew, so its records are filed under it")
     return 0
 
 
@@ -691,10 +697,13 @@ def cmd_history_rm(args) -> int:
     with open_history(args.history, create=False, readonly=args.dry_run) as store:
         # a run whose process is gone is no longer running (a dry run only reads, so it
         # is told which; it refused a SIGKILLed run `history runs` showed as killed)
-        gone = {run["run_id"] for run in store.runs() if stale_run(run)} if args.dry_run else ()
+        gone = {run["run_id"] for run in store.runs() if stale_run(run)} if args.dry_run else set()
         if not args.dry_run:
             close_stale_runs(store)
         run_ids = [_resolve_run(store, prefix) for prefix in args.run_ids]
+        if args.force:  # another host's run left running (that host died): its pid cannot be asked from here
+            gone |= {run_id for run_id in run_ids if (run := store.run(run_id)) is not None
+                     and run["status"] == "running" and not _runs_here(run)}
         removed = store.remove_runs(run_ids, dry_run=args.dry_run, gone=gone)
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "runs": removed}))
@@ -704,6 +713,13 @@ def cmd_history_rm(args) -> int:
         what = f"run {run['run_id']} ({run['status']})" if run["run_row"] else f"run {run['run_id']} (imported records only)"
         print(f"{verb} {what} and its {run['records']} record{'s' if run['records'] != 1 else ''}")
     return 0
+
+
+def _runs_here(run: dict[str, Any]) -> bool:
+    """The run was started on this host (its process, alive or not, is this machine's to ask)."""
+    import socket
+
+    return (run.get("params") or {}).get("host") == socket.gethostname()
 
 
 def _resolve_run(store, prefix: str) -> str:

@@ -454,13 +454,15 @@ def check_references(export: Export, store: HistoryStore | None) -> None:
 
 def import_json(
     store: HistoryStore, source: str | os.PathLike[str] | IO[str] | Mapping[str, Any] | Export
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Merge an export (a file, a stream, the parsed JSON document, or one
     :func:`read_export` read) into ``store`` in one transaction; returns counts of what
     was added/skipped.
 
     Duplicates (same workload, target, space, config, created_at and median) are skipped,
-    so importing the same file again is a no-op.
+    so importing the same file again is a no-op. Where the file's versions of a target
+    (TVM, driver, runtime) differ from those history keeps, ``versions_differ`` says so:
+    history keeps one set per target, the first known.
     """
     if isinstance(source, Mapping):  # json.load(f) in hand: os.fspath refused it with a TypeError
         try:
@@ -473,6 +475,14 @@ def import_json(
     name, targets, workloads, records = export.name, export.targets, export.workloads, export.records
     counts = {"added": 0, "skipped": 0, "targets_added": 0, "workloads_added": 0, "runs_added": 0}
     r = schema.records
+    held = {t.key: t for t in store.targets()}
+    # A target's versions are kept once, the first known: records made with another TVM
+    # went in under the versions history holds, unsaid (and a merge's labels hung on its order)
+    differ = [f"{t.key}: {field.replace('_version', '')} {getattr(held[t.key], field)} in history, {getattr(t, field)} in {name}"
+              for t in targets if t.key in held for field in ("tvm_version", "driver_version", "runtime_version")
+              if getattr(held[t.key], field) and getattr(t, field) and getattr(held[t.key], field) != getattr(t, field)]
+    if differ:
+        counts["versions_differ"] = differ  # type: ignore[assignment]
     with store._write("import") as conn:
         store._serialize(conn, _PG_IMPORT_LOCK)
         for target in targets:

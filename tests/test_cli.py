@@ -556,6 +556,16 @@ def test_history_rm_removes_a_run_and_only_its_records(capsys, populated_history
     out = capsys.readouterr().out
     assert "removed run bad1 (finished) and its 1 record" in out and "elsewhere (imported records only)" in out
     assert state() == ([0, 1, 2, 8, 9], ["bad2", "live"])
+    # a run another host left running (that host gone for good): refused, then removed by
+    # --force, which still refuses a live process here
+    with open_history(path) as store:
+        store.start_run("far1", model="resnet18", target_key="llvm:znver3:cpu", tuner="auto",
+                        params={"pid": 4242, "host": "alice-laptop"})
+    _user_error(capsys, ["history", "rm", "far1", "--history", path], contains=("still running (pid 4242 on alice-laptop)",))
+    _user_error(capsys, ["history", "rm", "live", "--force", "--history", path], contains=("still running",))
+    assert main(["history", "rm", "far1", "--force", "--history", path]) == 0
+    assert "removed run far1 (killed) and its 0 records" in capsys.readouterr().out
+    assert state() == ([0, 1, 2, 8, 9], ["bad2", "live"])
     with open_history(path, readonly=True) as store:
         assert store.best(key, "llvm:znver3:cpu").config == {"i": 8}  # what reuse would take now
 

@@ -596,6 +596,12 @@ def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
         doc["records"].append(dict(doc["records"][-1], created_at="2030-01-01T00:00:00+00:00"))
         doc["records"].append(dict(doc["records"][-1]))
         assert import_json(dst, doc)["added"] == 1 and import_json(dst, doc)["added"] == 0
+        assert "versions_differ" not in import_json(dst, doc)
+        # another TVM's records go in under the versions history keeps: said, not silent
+        for target in doc["targets"]:
+            if target["key"] == GPU.key:
+                target["tvm_version"] = "0.18"
+        assert import_json(dst, doc)["versions_differ"] == [f"{GPU.key}: tvm 0.17 in history, 0.18 in <document>"]
     src.close()
 
 
