@@ -598,12 +598,14 @@ def cmd_history_show(args) -> int:
         print(f"no records{' of ' + which if which else ''}")
         return 0
     shown = f" (the last {len(recs)} of {held}; --limit shows more)" if held > len(recs) else ""
-    print(f"{'record':<7} {'status':<12} {'latency':>12} {'tuner':<8} {'target':<24} {'marks':<13} error{shown}")
+    print(f"{'record':<7} {'status':<12} {'latency':>12} {'tuner':<8} {'run':<12} {'target':<24} {'marks':<13} error{shown}")
     for r in recs:
         lat = format_latency(r.latency_median)
         # a twin's timing is another config's, whose program it compiled to
         marks = " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin)) if on)
-        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {r.target_key:<24} {marks:<13} {(r.error or '')[:60]}")
+        # the run that made it: where a shared history's record came from (`history runs` says whose)
+        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {(r.run_id or '-')[:12]:<12} {r.target_key:<24} {marks:<13} "
+              f"{(r.error or '')[:60]}")
     return 0
 
 
@@ -622,7 +624,8 @@ def cmd_history_best(args) -> int:
         print(json.dumps([_record_dict(b) for b in bests]))
     else:
         for b in bests:
-            print(f"{b.target_key}: {format_latency(b.latency_median)} (record #{b.id}, {b.tuner}, {b.space_id})\n  {json.dumps(b.config)}")
+            print(f"{b.target_key}: {format_latency(b.latency_median)} (record #{b.id}, {b.tuner}, run {b.run_id or '-'}, "
+                  f"{b.space_id})\n  {json.dumps(b.config)}")
     return 0
 
 

@@ -272,7 +272,9 @@ class TuneSession:
         self.store.start_run(
             self.run_id, model=spec.name, target_key=self.target.key, tuner=opts.tuner,
             params={"trials": opts.trials, "tuner": opts.tuner, "batch_norm": opts.batch_norm, "budget_split": opts.budget_split, "probes": opts.probes, "model": spec.source, "pid": os.getpid(), "host": socket.gethostname(),
-                    "options": report["options"], "inputs": report["inputs"]},
+                    "options": report["options"], "inputs": report["inputs"],
+                    # which autotune and TVM made its records: they travel with an export, a report does not
+                    "versions": report["versions"]},
         )
         status = "failed"
         outcomes: dict[str, dict[str, Any]] = {}

@@ -63,6 +63,10 @@ def tuned(workdir):
     return model, history, mlruns
 
 
+def report_versions(workdir):
+    return json.loads((workdir / "run" / "report.json").read_text())["versions"]
+
+
 def test_tune_writes_every_measurement_to_history(tuned, workdir):
     model, history, _ = tuned
     with open_history(str(history), readonly=True) as store:
@@ -74,6 +78,10 @@ def test_tune_writes_every_measurement_to_history(tuned, workdir):
         assert ok and all(r.latency_median > 0 and r.repeats >= 1 for r in ok)
         runs = store.runs()
         assert runs and runs[-1]["status"] == "finished"
+        # which autotune and TVM made the records, in history (an export carries it; a report does not travel)
+        import tvm
+
+        assert runs[-1]["params"]["versions"] == {"autotune": report_versions(workdir)["autotune"], "tvm": tvm.__version__}
         # every tuned layer's winner was checked against the reference
         for key in {r.workload_key for r in tuned_records}:
             best = store.best(key, tuned_records[0].target_key)
