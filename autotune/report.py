@@ -250,9 +250,19 @@ def _unused_trials(report: Mapping[str, Any]) -> str | None:
     used = sum(_num(l.get("trials")) or 0 for l in layers)
     if used >= budget:
         return None
+    hint = "`--min-trials N` tunes on those measured fewer than N times"
     why = ""
     if all(l.get("dispatch") == "exact" for l in layers):
-        why = ": history covers every tunable layer (`--min-trials N` tunes on those measured fewer than N times)"
+        why = f": history covers every tunable layer ({hint})"
+    else:
+        # the tuned layers ran out of new configs: 720 trials went to a 0.0% layer, then
+        # 280 were left with no word of why
+        spent = [l for l in layers if l.get("exhausted")]
+        if spent and all(l.get("dispatch") == "exact" or l.get("exhausted") for l in layers):
+            names = ", ".join(f"{l.get('name')} ({_num(l.get('trials')) or 0:.0f})" for l in spent[:3])
+            more = f" and {len(spent) - 3} more" if len(spent) > 3 else ""
+            why = (f": the layers tuned ran out of new configs to measure ({names}{more}), and history covers the others "
+                   f"({hint})")
     return f"{budget - used:.0f} of {budget:.0f} trials unused{why}"
 
 

@@ -593,6 +593,7 @@ class TuneSession:
         self._learn_importance(layer, run.tuner)
         if done < trials:
             progress.exhausted = True
+            out["exhausted"] = True  # its tuner had no new config left: the caption says why trials went unused
         return done
 
     def _note_transfer_share(self, run: "_LayerTuning") -> None:

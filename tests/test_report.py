@@ -168,6 +168,13 @@ def test_format_table_says_how_many_trials_went_unused_and_why() -> None:
     assert "64 of 64 trials unused: history covers every tunable layer (`--min-trials N` tunes on those measured fewer than N times)" in caption
     spent = dict(report, budget=8)
     assert "unused" not in format_table(spent)
+    # one layer tuned until its space ran out, history covering the other: 280 of 1000 were
+    # left unused with no reason given
+    conv, dense = report["layers"]
+    ran_out = dict(report, budget=1000, layers=[dict(conv, trials=720, exhausted=True), dict(dense, dispatch="exact", trials=0)])
+    caption = " ".join(format_table(ran_out).split())
+    assert (f"280 of 1000 trials unused: the layers tuned ran out of new configs to measure ({conv['name']} (720)), and "
+            "history covers the others (`--min-trials N`") in caption
 
 
 def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
