@@ -140,10 +140,16 @@ class RichReporter(Reporter):
             TimeRemainingColumn,
         )
 
+        from rich.table import Column
+
         self.console = Console(file=stream if stream is not None else sys.stderr)
+        # the name column gives way first: at 80 columns a long layer name pushed the
+        # count, the time and the ETA off the line (each read "eta 0..." alone)
+        name_width = max(24, self.console.width - 56)
         self._progress = Progress(
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
+            TextColumn("{task.description}", markup=False,
+                       table_column=Column(no_wrap=True, overflow="ellipsis", max_width=name_width)),
+            BarColumn(bar_width=max(10, min(40, self.console.width - name_width - 46))),
             MofNCompleteColumn(),
             TextColumn("{task.fields[best]}"),
             TimeElapsedColumn(),

@@ -700,3 +700,18 @@ def test_max_abs_error_counts_a_nan_or_infinity_both_have_as_agreement() -> None
     assert max_abs_error(inf, inf) == 0.0 and outputs_match(inf, inf)
     assert max_abs_error(np.array([1.0, np.nan]), np.array([1.0, 2.0])) == math.inf
     assert max_abs_error(np.array([1.0, 2.0]), np.array([1.5, 2.0])) == 0.5
+
+
+def test_rich_reporter_keeps_the_count_and_eta_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long layer name pushed the count, the time and the ETA off an 80-column line
+    (each line read "... eta 0..."): the name gives way, with an ellipsis."""
+    monkeypatch.setenv("COLUMNS", "80")
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    reporter.start_model("resnet50", [("fused_conv2d3_add1_relu1_and_more", 10)], total=160)
+    reporter.start_layer("fused_conv2d3_add1_relu1_and_more", 10, "gga", 0.95)
+    reporter.trial("fused_conv2d3_add1_relu1_and_more", 3, 1.2e-3)
+    reporter._progress.refresh()
+    reporter.close()
+    lines = [line for line in buf.getvalue().splitlines() if "fused_conv2d3" in line]
+    assert lines and all(len(line) <= 80 and "3/10" in line and "eta" in line and "…" in line for line in lines)
