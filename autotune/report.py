@@ -457,9 +457,11 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
     if layer_curves or not tuners:
         ax = axes[index]
         index += 1
-        for name, (xs, ys) in layer_curves:
-            # a one-trial layer (a probe) is a point: a step of one point drew nothing
-            ax.step(xs, ys, where="post", label=name, linewidth=1.2, marker="o" if len(xs) == 1 else None, markersize=4)
+        for i, (name, (xs, ys)) in enumerate(layer_curves):
+            # a one-trial layer (a probe) is a point: a step of one point drew nothing; past
+            # the 10 colours of the cycle, another dash tells two layers of one colour apart
+            ax.step(xs, ys, where="post", label=name, linewidth=1.2, marker="o" if len(xs) == 1 else None, markersize=4,
+                    linestyle=("-", "--", ":", "-.")[i // 10 % 4])
         ax.set_title(f"{report.get('model', '')}: best latency per layer")
         _decorate(ax, bool(layer_curves), len(layer_curves))
     if tuners:
