@@ -178,6 +178,12 @@
 set -u
 mode=${1:-check}
 shift || true
+# before any folder is made: `session.sh --help` made /tmp/autotune-gpu/--help
+case "$mode" in
+  -h|--help) sed -n '2,/^set -u/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
+  check|history|ceiling|bnfold|rpc|primitives|nvrtc|builds|retime|zoo|plan|half) ;;
+  *) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | zoo | plan | half)"; exit 2 ;;
+esac
 dest=${OUT:-/tmp/autotune-gpu-out}
 R=${WORK_DIR:-/tmp/autotune-gpu}/$mode  # each mode's work (logs, the archive's contents)
 rm -rf "$R"; mkdir -p "$R" "$dest"
