@@ -900,8 +900,7 @@ class HistoryStore:
 
     def finish_run(self, run_id: str, status: str, summary: Mapping[str, Any]) -> None:
         """Close a run with its final status ('finished', 'failed' or 'killed') and a JSON summary."""
-        if status not in RUN_STATUSES or status == "running":
-            raise ValueError(f"invalid final run status {status!r}; expected finished, failed or killed")
+        _check_final_status(status)
         summary_json = canonical_json(dict(summary))
         runs = schema.runs
         with self._write("finish run") as conn:
@@ -916,8 +915,7 @@ class HistoryStore:
     def set_run_status(self, run_id: str, status: str) -> None:
         """Change a closed run's final status, its summary kept: a tune stopped after its
         layers closed, before its report or module was written, is no finished run."""
-        if status not in RUN_STATUSES or status == "running":
-            raise ValueError(f"invalid final run status {status!r}; expected finished, failed or killed")
+        _check_final_status(status)
         runs = schema.runs
         with self._write("set run status") as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(status=status))
@@ -1001,6 +999,11 @@ class HistoryStore:
                     conn.execute(r.delete().where(r.c.run_id == run_id))
                     conn.execute(runs.delete().where(runs.c.id == run_id))
         return removed
+
+
+def _check_final_status(status: str) -> None:
+    if status not in RUN_STATUSES or status == "running":
+        raise ValueError(f"invalid final run status {status!r}; expected finished, failed or killed")
 
 
 def open_history(
