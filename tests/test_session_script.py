@@ -33,22 +33,30 @@ WAITS = r"plan item {}: (39|40)s left, for the next call"  # 60 s less 20 in han
 
 
 def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
-    lines = _plan(tmp_path, BUDGET="60")  # item 1 is done (its answers committed); 4 and 5 wait: 8, 7, 2, 3, 6
-    assert len(lines) == 5 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((8, 7, 2, 3, 6), lines))
-    lines = _plan(tmp_path, BUDGET="60", ITEMS="1 2 3")
+    lines = _plan(tmp_path, BUDGET="60")  # the open items: 10, then 9's first step, then 11
+    assert len(lines) == 3 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip(("10", "9a", "11"), lines))
+    lines = _plan(tmp_path, BUDGET="60", ITEMS="1 2 3")  # done items run again when picked
     assert len(lines) == 3 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((1, 2, 3), lines))
 
 
 def test_a_finished_item_is_skipped_and_items_can_be_picked(tmp_path):
-    (tmp_path / "keep").mkdir()
-    (tmp_path / "keep" / "done_plan2").touch()  # what a `history` run with TAG=_plan2 leaves when it finishes
-    assert _plan(tmp_path, BUDGET="60")[2] == "plan item 2: finished in an earlier call"  # after items 8 and 7
-    (tmp_path / "keep" / "done_plan8").touch()  # what `retime` with TAG=_plan8 leaves beside the database
-    assert _plan(tmp_path, BUDGET="60", ITEMS="8")[0] == "plan item 8: finished in an earlier call"
-    (line,) = _plan(tmp_path, BUDGET="60", ITEMS="1")
-    assert re.fullmatch(WAITS.format(1), line)
-    # item 7 keeps its own history database beside the others', and its marker there
-    (tmp_path / "keep" / "at112").mkdir()
-    (tmp_path / "keep" / "at112" / "done_plan7").touch()
-    assert _plan(tmp_path, BUDGET="60", ITEMS="7 2") == ["plan item 7: finished in an earlier call",
-                                                          "plan item 2: finished in an earlier call"]
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "done_plan10").touch()  # what `retime` with TAG=_plan10 leaves beside the database
+    assert _plan(tmp_path, BUDGET="60")[0] == "plan item 10: finished in an earlier call"
+    (keep / "done_plan2").touch()  # what a `history` run with TAG=_plan2 leaves when it finishes
+    lines = _plan(tmp_path, BUDGET="60", ITEMS="8 2")
+    assert re.fullmatch(WAITS.format(8), lines[0]) and lines[1:] == ["plan item 2: finished in an earlier call"]
+    # item 9 keeps its own history database, and its second step waits for its first
+    (keep / "siblings").mkdir()
+    lines = _plan(tmp_path, BUDGET="60", ITEMS="9")
+    assert len(lines) == 1 and re.fullmatch(WAITS.format("9a"), lines[0])
+    (keep / "siblings" / "done_plan9a").touch()
+    lines = _plan(tmp_path, BUDGET="60", ITEMS="9")
+    assert lines[0] == "plan item 9a: finished in an earlier call" and re.fullmatch(WAITS.format(9), lines[1])
+    # items 7 and 11 share item 7's database, and their markers there
+    (keep / "at112").mkdir()
+    (keep / "at112" / "done_plan7").touch()
+    (keep / "at112" / "done_plan11").touch()
+    assert _plan(tmp_path, BUDGET="60", ITEMS="11 7") == ["plan item 11: finished in an earlier call",
+                                                           "plan item 7: finished in an earlier call"]

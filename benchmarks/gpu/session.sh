@@ -52,10 +52,11 @@
 # after `travel.sh slim`, .gpucarry/history_guided_cuda_history.json.gz):
 #   HISTORY_DB=benchmarks/results/gpu_h100/history_guided_cuda_history.json \
 #     bash benchmarks/gpu/session.sh history --source resnet50 --history-trials 1 --batch 16 ...
-# and, to go on from the earlier sessions' comparisons (22,422 H100 measurements: all six
+# and, to go on from the earlier sessions' comparisons (25,258 H100 measurements: all six
 # layers at 32 trials; at 100 the first conv, conv2d7 and MobileNetV2's conv2d5 with the
 # tuners of 2026-11-24, conv2d3 and conv2d1 with those of 2026-11-26, all six on the
-# deepened history with those of 2026-11-27; they answer first,
+# deepened history with those of 2026-11-27, and on that history plus two counterparts
+# at 112x112 (the twentieth session's item 7, with its 512 history configs); they answer first,
 # so only configs never measured cost device time), also
 #   MEASUREMENTS=benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl
 # Size a call first, here, at no device cost: a --replay of the file with the same
@@ -76,7 +77,8 @@
 # time near K is the rounds' tails). The H100's 2.4 worker-seconds a build wait on this.
 #
 # The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after);
-# `session.sh plan` runs its items 8, 7, 2, 3 and 6 (any with ITEMS="...") with these arguments (below).
+# `session.sh plan` runs its open items 10, 9 and 11 (any with ITEMS="...", done ones too) with
+# these arguments (below).
 # Done on 2026-11-26: the targets' nearest neighbours (ResNet-50's conv2d7, conv2d13,
 # conv2d2) deepened from 64 to 256 with cold XGBoost (sixth session), and on that history
 # conv2d3, conv2d1 and the first conv at 100 trials, conv2d3 and conv2d1 also with the
@@ -91,22 +93,15 @@
 #    from history's configs the layer can run (`plausible_priors=1`) ends no higher than cold
 #    XGBoost (4.49 against 4.84 us, p = 0.15) where it ended higher (5.65); moving them instead
 #    (`repair_history=1`) did not help (5.49). The notebook has the figures.
-# 2. Done but for 7 answers (eleventh session): conv2d7, MobileNetV2's conv2d5 and conv2d4
-#    on the deepened history; two guided-GA seeds of conv2d4 were cut at trials 95 and 98.
-#    The plan's first call finishes them in a minute:
-#      LIMIT=... bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:7,mobilenetv2:5,resnet18:4 \
-#        --exclude resnet18:0,resnet18:3,resnet18:1 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
-# 3. History's configs the layer cannot run are left out by default where history matches
-#    it below 0.5 (`search/similarity.py`, twelfth session, no GPU): on the H100 only the
-#    first conv (0.31), where transfer XGBoost's curves with it are item 1's, measured. What
-#    is left to measure: the guided GA there by that default (a replay answered 323 of its
-#    500 from a surrogate), and whether the option loses at a close match, as a surrogate
-#    screen says, on conv2d3 (0.84: 11.0x to 3.8x; 338 answers). About 660 new, 3 minutes:
-#      TAG=_plan3 bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:0,resnet18:3 \
-#        --exclude resnet18:1,resnet18:4,resnet18:7,mobilenetv2:5 \
-#        --tuners "xgb,tl_xgb,tl_xgb:plausible_priors=1,ga:pop_size=16,gga:pop_size=16"
-#    (All six layers with both options, as planned before, would be 3,736 answers, two
-#    sessions; the surrogate screen put both options behind on four layers of five.)
+# 2, 3, 6, 7 and 8. Done (twentieth session, 2026-11-27; the notebook has the figures):
+#    item 8, the six-layer table's finals timed again side by side: every verdict stands
+#    but MobileNetV2's "transfer XGBoost ends higher" (re-timed, its finals are the lower);
+#    item 7, ResNet-50's stem and 3x3 64 -> 64 conv at 112x112 in history: conv2d1 15.5x
+#    and 29.3x, the first conv 2.9x and 2.6x, the other four layers' curves unchanged (all
+#    measured), so on that history the medians of six are 7.0x and 10.8x (the guided GA's
+#    target met); item 3: the guided GA on the first conv by the weak-match default 1.48x,
+#    `plausible_priors=1` on conv2d3 3.1x against 11.0x (the default stays); item 6:
+#    `local_share=0.5` on conv2d4 3.7x against 2.1x; item 2's 7 answers, no figure moved.
 # 4. On the 64-deep history as it was, the guided GA without its hand-over on conv2d3 and
 #    conv2d1 (a replay screen has it at 4.7x against 2.5x on conv2d3; about 350 new).
 #    This needs a database of the committed export alone, so that its history is not
@@ -122,38 +117,29 @@
 #    measurements for five layers), so it says nothing yet; see the notebook. conv2d1
 #    (0.62) and the first conv (0.31), where history as it is misses both targets, are
 #    the layers it could change.
-# 6. conv2d4's stall near history's start: transfer XGBoost opening each batch with one-knob
-#    moves of its best (`local_share=0.5`), which a surrogate screen put at 3.8x against
-#    2.1x there (none of `rank_own=1`, `epsilon=0.3` helped; first conv and MobileNetV2
-#    unmoved). About 280 new, a minute:
-#      TAG=_plan6 bash benchmarks/gpu/session.sh history $DEEP --targets resnet18:4 \
-#        --exclude resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5 --tuners "xgb,tl_xgb,tl_xgb:local_share=0.5"
-# 7. First: history holding the two weakest layers at another input size, as on LLVM in run
-#    38, where adding ResNet-50's stem at 112x112 (`resnet50@112:0`) and its 3x3 64 -> 64
-#    conv on 28x28 (`resnet50@112:3`), 256 cold-XGBoost trials each, took the first conv
-#    from 1.0x to 91x and conv2d1 from 1.5x to 99x (matches 0.45 and 0.62 to 0.70). On the
-#    H100 those two layers are the farthest from both targets (the first conv's history
-#    has no 7x7 layer: ResNet-50's own stem is the target's workload, kept out); the two
-#    counterparts match them at 0.703 each (0.31 and 0.62 now), so the weak-match default
-#    (item 3) does not apply there. Its own
-#    database (HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db), so the other
-#    items' history stays as measured; the measurement file is shared (MEASUREMENTS_KEEP=
-#    /root/autotune-history/measurements_cuda.jsonl, the others'). Device time: the
-#    two sources' 512 configs (about 2.5 minutes), then the guided tuners' 2,000 answers
-#    on the two layers, most of them new (the baselines' are in the file): about 8
-#    minutes, one long call. If it meets the targets there, the six layers on that
-#    history (about 4,000 new) are the next sessions' work, as run 39 was on LLVM.
-#      HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db MEASUREMENTS_KEEP=/root/autotune-history/measurements_cuda.jsonl \
-#        TAG=_plan7 bash benchmarks/gpu/session.sh history $DEEP \
-#        --source resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3 --targets resnet18:0,resnet18:1 \
-#        --exclude resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
-# 8. First, about a minute: every seed's final config of the six-layer table (today's
-#    defaults, the twelfth session's exact replay; benchmarks/gpu/finals_h100_six_layers.json)
-#    timed again, three rounds side by side, and the pairs' finals compared on those
-#    timings. On MobileNetV2's conv2d5 the same program, timed twice in one session, came
-#    back 5% apart in the median (benchmarks/bench_program_twins.py), as wide as transfer
-#    XGBoost's "higher" final there (3.60 against 3.39 us): this says whether that holds.
-#      TAG=_plan8 bash benchmarks/gpu/session.sh retime
+# 9. The target models' sibling layers in history, as LLVM's run 42 (there ResNet-18's seven
+#    other tunable layers and MobileNetV2's thirty took MobileNetV2's conv2d5 from 1.7x to
+#    99.5x and met every target): on the H100, item 7's history plus the 37 siblings at 64
+#    cold-XGBoost trials each, in a database of its own (HISTORY_KEEP=.../siblings/...), so
+#    items 7 and 11 keep theirs. Two steps: item 7's sources from the file (no device
+#    time), then the siblings: 2,368 new measurements, 6 to 8 minutes, resumable across
+#    calls. Each step ends with a one-trial comparison (`--trials 1 --seeds 1 --tuners xgb`):
+#    the file then holds the siblings' configs, and a replay screen here sizes the
+#    comparison itself for the session after.
+#      (plan) HISTORY_KEEP=/root/autotune-history/siblings/history_cuda.db ... item 9a: $DEEP, item 7's --source,
+#        the six --targets, --trials 1 --seeds 1 --tuners xgb; item 9: the same with --source resnet18,mobilenetv2 --history-trials 64
+# 10. First, about a minute: item 8 again, on whatever machine this is (TAG=_plan10
+#    bash benchmarks/gpu/session.sh retime). In the twentieth session MobileNetV2's conv2d5
+#    finals all came back 1.29x to 1.69x the latencies recorded in earlier sessions (4.74 to
+#    5.87 us against 3.20 to 3.67), the other five layers' within 2%. Near 3.5 us again,
+#    it was that machine (the env step now records the host's CPU and the GPU's clocks);
+#    near 4.8 again, it is how retime times them against how the benchmark did.
+# 11. `local_share=0.5` (item 6) on the other five layers, on item 7's history (a replay
+#    screen put it level or behind there; about 1,400 new, 4 to 5 minutes):
+#      HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db TAG=_plan11 bash benchmarks/gpu/session.sh history $DEEP \
+#        --source resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3 \
+#        --targets resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5 --exclude resnet18:4 \\
+#        --tuners "xgb,tl_xgb,tl_xgb:local_share=0.5"
 # Throughput on 2026-11-26 (seventh session): 0.22 s a new measurement in the progress
 # lines' apply, build and run seconds (0.28 s in the sixth), building 0.149 s of it (0.212)
 # since the build workers reuse NVRTC's parsed headers (autotune/nvrtc_headers.py; on the
@@ -190,6 +176,9 @@ rm -rf "$R"; mkdir -p "$R" "$dest"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNE_HOME=$R/home
 py=python3
 
+# the host around the GPU: a kernel of a few microseconds is timed by back-to-back launches,
+# which the host's CPU paces (the twentieth session's MobileNetV2 finals, plan item 10)
+host_info="grep -m1 'model name' /proc/cpuinfo; echo cpus \$(nproc); nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.limit,persistence_mode --format=csv"
 # the median latency (ms) an `autotune run --json` step wrote to $R/NAME.out; 0 where none
 run_ms() { $py -c "import json,sys; print(json.load(open(sys.argv[1]))['latency_median_s']*1e3)" "$R/$1.out" 2>/dev/null || echo 0; }
 # TAG names the archive too, so two runs of one mode in one call both come back.
@@ -207,7 +196,7 @@ step() {
 
 case "$mode" in
 check)
-  step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; nvcc --version | tail -2;
+  step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; $host_info; nvcc --version | tail -2;
     $py -c 'import tvm, cuda.bindings; d=tvm.cuda(0); print(\"tvm\", tvm.__version__, \"cuda-bindings\", cuda.bindings.__version__, d.device_name, d.compute_version)'"
   step info 60 $py -m autotune info --json  # what the tool itself sees: target key, nvcc, NVRTC
   step pytest_gpu 150 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py
@@ -222,7 +211,7 @@ history|ceiling)
   # The versions a replay elsewhere must match: the model-based tuners' proposals follow
   # XGBoost's version (3.4.1 here against 3.2.0 on the CPU machine made the H100 file of
   # 2026-11-22 replay only approximately there; stage the CPU machine's version).
-  step env 30 bash -c "nvidia-smi -L; $py -c 'import sys, numpy, scipy, xgboost; print(\"python\", sys.version.split()[0], \"numpy\", numpy.__version__, \"scipy\", scipy.__version__, \"xgboost\", xgboost.__version__)'; $py -c 'from autotune.nvrtc_headers import nvrtc_version, enable_header_cache; print(\"nvrtc\", nvrtc_version(), \"header cache:\", enable_header_cache({}))'"
+  step env 30 bash -c "nvidia-smi -L; $host_info; $py -c 'import sys, numpy, scipy, xgboost; print(\"python\", sys.version.split()[0], \"numpy\", numpy.__version__, \"scipy\", scipy.__version__, \"xgboost\", xgboost.__version__)'; $py -c 'from autotune.nvrtc_headers import nvrtc_version, enable_header_cache; print(\"nvrtc\", nvrtc_version(), \"header cache:\", enable_header_cache({}))'"
   # The history database lives outside $R, so calls to one warm machine share it (the
   # benchmark completes a partial history instead of rebuilding it); a copy comes back
   # in the archive, to carry into a fresh machine with HISTORY_DB=path.
@@ -306,6 +295,7 @@ retime)
   # configs (default the six-layer table's, made by exact replay here; about a minute).
   db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
   mkdir -p "$(dirname "$db")"
+  step env 30 bash -c "nvidia-smi -L; $host_info"
   if step retime "${LIMIT:-300}" $py benchmarks/retime_finals.py --results "${RESULTS:-benchmarks/gpu/finals_h100_six_layers.json}" \
       --target cuda --rounds "${ROUNDS:-3}" --out "$R/retimed_finals_cuda${TAG:-}.json" "$@"; then
     touch "$(dirname "$db")/done${TAG:-}"  # finished: `plan` skips it in later calls
@@ -342,19 +332,21 @@ plan)
   # The plan's open items (above), in order, each a `history` run with TAG=_planN, within
   # BUDGET seconds for this call (default 560): run the same command call after call. An
   # item cut short resumes from the measurement file; a finished one (its marker beside
-  # the history database) is skipped; one that would get under 90 s waits for the next
-  # call. ITEMS picks which (default "8 7 2 3 6", run in the order below: item 1 is done,
-  # every answer in the committed file; 4 and 5 wait). Each item's archive is gpu-history_planN.tgz
-  # (item 8's gpu-retime_plan8.tgz).
+  # its history database) is skipped; one that would get under 90 s waits for the next
+  # call. ITEMS picks which (default "10 9 11", run in the order below; "9" runs both of
+  # item 9's steps, 9a and 9). Each item's archive is gpu-history_planN.tgz (item 10's
+  # gpu-retime_plan10.tgz, 8's gpu-retime_plan8.tgz).
   budget=${BUDGET:-560}
   started=$(date +%s)
   deep=(--source resnet50:7,resnet50:13,resnet50:2 --history-trials 256 --history-tuner xgb --batch 16 --trials 100
         --seeds 5 --no-shared-memory-estimate)
+  at112=resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3  # item 7's sources
+  six=resnet18:0,resnet18:1,resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5
   keep=$(dirname "${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}")
   item() {  # HISTORY_KEEP=... before it: that item's own history database
     local n=$1 left marks; shift
     marks=$(dirname "${HISTORY_KEEP:-$keep/history_cuda.db}")
-    case " ${ITEMS:-8 7 2 3 6} " in *" $n "*) ;; *) return 0 ;; esac
+    case " ${ITEMS:-10 9 11} " in *" ${n%a} "*) ;; *) return 0 ;; esac
     if [ -e "$marks/done_plan$n" ]; then echo "plan item $n: finished in an earlier call" | tee -a "$R/steps.txt"; return 0; fi
     left=$(( budget - ($(date +%s) - started) - 20 ))
     if [ "$left" -lt 90 ]; then echo "plan item $n: ${left}s left, for the next call" | tee -a "$R/steps.txt"; return 0; fi
@@ -365,13 +357,25 @@ plan)
       LIMIT=$left TAG=_plan$n bash "$0" "$MODE" "$@"
     fi
   }
-  # item 8 first, a minute: the six-layer table's finals timed again side by side
+  # item 10 first, a minute: item 8's re-timing again, on this machine
+  MODE=retime item 10
   MODE=retime item 8
-  # then item 7: its history holds two more sources, so it keeps its own database
+  # item 9: the siblings' history in a database of its own; item 7's sources first (from
+  # the file), then the 37 sibling layers at 64 trials (later flags override $deep's)
+  HISTORY_KEEP=$keep/siblings/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
+    item 9a --source "$at112" --targets "$six" --trials 1 --seeds 1 --tuners xgb
+  if [ -e "$keep/siblings/done_plan9a" ]; then
+    HISTORY_KEEP=$keep/siblings/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
+      item 9 --source resnet18,mobilenetv2 --history-trials 64 --targets "$six" --trials 1 --seeds 1 --tuners xgb
+  fi
+  # item 11, and item 7 (done): on item 7's history, in its own database
   HISTORY_KEEP=$keep/at112/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
-    item 7 --source resnet50:7,resnet50:13,resnet50:2,resnet50@112:0,resnet50@112:3 \
-    --targets resnet18:0,resnet18:1 --exclude resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 \
+    item 11 --source "$at112" --targets resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5 --exclude resnet18:4 \
+    --tuners "xgb,tl_xgb,tl_xgb:local_share=0.5"
+  HISTORY_KEEP=$keep/at112/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
+    item 7 --source "$at112" --targets resnet18:0,resnet18:1 --exclude resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 \
     --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
+  # the items done on the deepened history, for ITEMS="..." to run again
   item 1 --targets resnet18:0 --exclude resnet18:1,resnet18:3,resnet18:4,resnet18:7,mobilenetv2:5 \
     --tuners "xgb,tl_xgb,tl_xgb:plausible_priors=1,tl_xgb:repair_history=1"
   item 2 --targets resnet18:7,mobilenetv2:5,resnet18:4 --exclude resnet18:0,resnet18:3,resnet18:1 \
