@@ -210,15 +210,25 @@ def _batch_in_outer_tiles(space, config: dict) -> dict | None:
     return moved if space.contains(moved) else None
 
 
+def why_not_applicable(space, record) -> str | None:
+    """Why ``compile`` would skip ``record``'s config for this space without trying it
+    (None: it tries it). ``tune`` asks the same before it reports a layer's best, so that
+    what it reports is what ``compile`` applies."""
+    if record.space_id != space.space_id:
+        return "history config is for another knob space version"
+    if not space.contains(record.config):  # said "another knob space version" of a value out of range
+        return "history config holds values this layer's knob space does not"
+    return None
+
+
 def _scheduled(space, record) -> tuple[Any, str | None]:
     """``record``'s config applied to the layer's space: the scheduled PrimFunc, or None
     and why it does not apply."""
     from autotune.templates import InvalidConfig
 
-    if record.space_id != space.space_id:
-        return None, "history config is for another knob space version"
-    if not space.contains(record.config):  # said "another knob space version" of a value out of range
-        return None, "history config holds values this layer's knob space does not"
+    reason = why_not_applicable(space, record)
+    if reason is not None:
+        return None, reason
     try:
         scheduled = space.apply(record.config)["main"]
     except InvalidConfig as err:

@@ -786,10 +786,10 @@ class TuneSession:
         config of this space. A faster one it would skip (an imported config this space
         does not hold, or one of an older space version) was the layer's reported best:
         an imported 1-ns record of strings read as a 5.9-million-fold speed-up."""
-        from autotune.compile import DEFAULT_SPACE_PREFIX, RECORDS_TRIED
+        from autotune.compile import DEFAULT_SPACE_PREFIX, RECORDS_TRIED, why_not_applicable
 
         for rec in self.store.fastest(layer.workload_key, self.target.key, limit=RECORDS_TRIED):
-            if rec.space_id.startswith(DEFAULT_SPACE_PREFIX) or (rec.space_id == space.space_id and space.contains(rec.config)):
+            if rec.space_id.startswith(DEFAULT_SPACE_PREFIX) or why_not_applicable(space, rec) is None:
                 return rec
         return None
 
