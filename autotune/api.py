@@ -157,7 +157,9 @@ def tune(
     if out is not None:
         from autotune.compile import check_module_path
 
-        check_module_path(out, inputs=[model])
+        from autotune.history.location import resolve_location
+
+        check_module_path(out, inputs=[model], history=resolve_location(history))
     if out_dir is not None:
         from autotune.compile import check_output_dir
 

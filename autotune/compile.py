@@ -308,9 +308,14 @@ def check_output_path(out: str | os.PathLike) -> Path:
 _NOT_A_LIBRARY = (".onnx", ".tar", ".tar.gz", ".tgz", ".zip", ".o", ".a", ".json", ".npz", ".npy", ".pt", ".pth")
 
 
-def check_module_path(out: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = ()) -> Path:
+def check_module_path(out: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = (),
+                      history: str | os.PathLike | None = None) -> Path:
     """:func:`check_output_path` for an exported module: a shared library's name, and not
-    one of ``inputs`` (``compile m.onnx -o m.onnx`` replaced the model with the module)."""
+    one of ``inputs`` (``compile m.onnx -o m.onnx`` replaced the model with the module) or
+    the ``history`` file (``-o h.db`` replaced the whole history with the module, and a
+    tune went on writing through its open connection into the module's bytes)."""
+    if history is not None:
+        check_not_history(out, history)
     out = check_output_path(out)
     name = out.name.lower()
     wrong = next((s for s in _NOT_A_LIBRARY if name.endswith(s)), None)
@@ -320,6 +325,26 @@ def check_module_path(out: str | os.PathLike, *, inputs: Sequence[str | os.PathL
                             f"{out.name[: -len(wrong)] or 'model'}.so")
     check_not_an_input(out, inputs)
     return out
+
+
+def check_not_history(out: str | os.PathLike, history: str | os.PathLike) -> None:
+    """Refuse an output path that is the history database (a file path or a ``sqlite:///``
+    URL; a server's URL names no file here), or one of SQLite's files beside it."""
+    from autotune.history.location import resolve_location, sqlite_file
+
+    path = sqlite_file(resolve_location(history))
+    if path is None:
+        return
+    target = Path(out).expanduser().absolute()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        name = Path(f"{path}{suffix}").expanduser().absolute()
+        try:
+            same = target == name or (target.exists() and name.exists() and os.path.samefile(target, name))
+        except OSError:
+            same = False
+        if same:
+            what = f"the history database {path}" + (f" (its {suffix[1:]} file)" if suffix else "")
+            raise AutotuneError(f"cannot write {out}: it is {what} (give the output another name)")
 
 
 def check_not_an_input(out: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:
@@ -483,7 +508,7 @@ def compile_model(
     keep_interrupts_through_tvm()
     say = step or (lambda text: None)
 
-    check_module_path(out, inputs=[model])
+    check_module_path(out, inputs=[model], history=getattr(store, "location", None))
     if target.kind == "cuda":
         from autotune.device_code import check_arch_compiles
 

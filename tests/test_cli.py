@@ -780,6 +780,25 @@ def test_outputs_never_replace_the_inputs_and_a_module_is_named_as_one(capsys, e
     assert (env / "m.so").read_bytes() == module and model.read_bytes() == kept
 
 
+def test_a_module_never_replaces_the_history(capsys, env, dyn_model):
+    """``compile -o h.db --history h.db`` replaced the history with the module (exit 0);
+    ``tune --out h.db`` did too, then went on writing through its open connection into
+    the module's bytes: a malformed database. Refused before any work, the default
+    history and SQLite's side files too."""
+    shape = ["--input-shape", "x=2x8", "--target", "llvm"]
+    assert main(["tune", dyn_model, *shape, "--trials", "2", "--no-mlflow", "--quiet", "--history", "h.db"]) == 0
+    capsys.readouterr()
+    kept = (env / "h.db").read_bytes()
+    for command in (["compile", dyn_model, *shape], ["tune", dyn_model, *shape, "--trials", "2", "--no-mlflow"]):
+        for out, history in (("h.db", "h.db"), (str(env / "h.db"), "sqlite:///h.db"), ("h.db-wal", "h.db")):
+            _user_error(capsys, [*command, "--history", history, "-o", out], contains=("is the history database",))
+    default = os.environ["AUTOTUNE_HISTORY"]
+    _user_error(capsys, ["tune", dyn_model, *shape, "--trials", "2", "--no-mlflow", "-o", default],
+                contains=("is the history database",))
+    assert (env / "h.db").read_bytes() == kept and not Path(default).exists()
+    assert main(["compile", dyn_model, *shape, "--history", "h.db", "-o", "h.so"]) == 0
+
+
 def test_the_batch_is_the_dimension_the_model_names_so(capsys, env):
     """A (time, batch, features) model, as ``nn.Transformer`` takes by default, exported
     with ``dynamic_axes={"x": {0: "seq", 1: "batch"}}``: its batch was read from the first
