@@ -95,7 +95,8 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
     layer at the nearest batch size it has measured, where that config fits this
     shape: batch rarely changes the winner, and tuning at batch 1 then compiling at
     batch 4 applied none of the tuned schedules (0 of 6 of dqn's layers). Where that
-    nearest winner is TVM's default, the default it is."""
+    nearest winner is TVM's default, the default it is. So does a layer history holds no
+    tuned config for at this batch size, only TVM's default timed."""
     from autotune.templates.meta_schedule_space import MetaScheduleSpace
 
     spaces = spaces if spaces is not None else {}
@@ -130,7 +131,11 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
         if skipped:
             entry["note"] = ("faster records do not apply: " if entry["schedule"] == "history" or entry["record_id"]
                              else "no record applies: ") + "; ".join(skipped)
-        if ranked:
+        # a layer tuned at this batch keeps what won here, TVM's default included; one
+        # that history holds only TVM's default timing for (a tune whose budget never
+        # reached it times the default) still takes the winner at another batch size,
+        # which that timing had hidden: dqn at batch 8 after a 1-trial tune, 7x slower
+        if any(not r.space_id.startswith(DEFAULT_SPACE_PREFIX) for r in ranked):
             continue
         if store is None:
             continue

@@ -253,6 +253,17 @@ def test_a_batch_history_has_not_measured_takes_the_nearest_batchs_winner(tmp_pa
     assert json.loads(capsys.readouterr().out)["check"]["ok"]
     _, entry = compile_at(12)
     assert entry["record_id"] == records[16] and entry["schedule"] == OTHER_BATCH
+    with open_history(history) as store:  # a tune whose budget never reached the layer at 12 timed TVM's default alone
+        record(store, 12, 1e-6, default=True)
+    _, entry = compile_at(12)
+    assert entry["record_id"] == records[16] and entry["schedule"] == OTHER_BATCH  # the timing hid it (7x on dqn)
+    with open_history(history) as store:  # tuned at 12, and slower than the default: the default won here
+        default_at_12 = records[12]
+        record(store, 12, 1e-5)
+    assert main(["compile", str(model), "--input-shape", "x=12x32", "--target", "llvm", "--history", str(history),
+                 "-o", str(tmp_path / "dense12.so"), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["schedules"].values()
+    assert entry["schedule"] == "default" and entry["record_id"] == default_at_12
     with open_history(history) as store:
         record(store, 3, 1e-6, default=True)  # nearer 2 than 1 is, and TVM's default won there
     summary, entry = compile_at(2)
