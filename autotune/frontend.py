@@ -12,11 +12,18 @@ import io
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, OptionError, first_line, quoted_text
+
+#: Held while TVM imports or lowers a model. Its Relax BlockBuilder keeps a process-wide
+#: stack, and the import swaps the process's standard output: two API calls on two
+#: threads failed inside TVM ("AssertionError", blamed on the model) and left
+#: ``sys.stdout`` a buffer, so the rest of the process printed nothing.
+_TVM_IMPORT_LOCK = threading.RLock()
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 9: "bool", 16: "bfloat16"}
 
@@ -386,7 +393,7 @@ def _simplify(proto, shapes: dict[str, tuple[int, ...]]):
     except ImportError:  # optional: without it we hand the graph to TVM as is
         return _set_input_dims(proto, shapes)
     try:
-        with _stderr_shut():  # its C++ warns of each node it could not fold, which we then leave to TVM
+        with _TVM_IMPORT_LOCK, _stderr_shut():  # its C++ warns of each node it could not fold, which we then leave to TVM
             simplified, ok = onnxsim.simplify(
                 proto, overwrite_input_shapes={k: list(v) for k, v in shapes.items()}, perform_optimization=False
             )
@@ -407,7 +414,6 @@ def _set_input_dims(proto, shapes: dict[str, tuple[int, ...]]):
 
 def to_relax(spec: ModelSpec):
     """Import into Relax with weights bound as constants (they travel in the export)."""
-    import tvm
     from tvm.relax.frontend.onnx import from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
@@ -428,6 +434,14 @@ def to_relax(spec: ModelSpec):
         )
     opset = max((o.version for o in spec.proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
     printed = io.StringIO()  # the frontend prints which operator failed, on standard output
+    with _TVM_IMPORT_LOCK:
+        return _from_onnx(spec, proto, opset, printed, from_onnx)
+
+
+def _from_onnx(spec: ModelSpec, proto, opset, printed: io.StringIO, from_onnx):
+    """TVM's import, its printing kept for the message a failure is owed."""
+    import tvm
+
     try:
         with contextlib.redirect_stdout(printed):
             mod = from_onnx(
@@ -527,7 +541,8 @@ def fuse(mod, *, batch_norm_in_epilogue: bool = False):
     seq = tvm.transform.Sequential([fold, *inference, *_kernel_passes()])
     mark = interrupt_mark()
     try:
-        fused = seq(mod)
+        with _TVM_IMPORT_LOCK:
+            fused = seq(mod)
     except Exception as err:
         raise_if_interrupted_since(mark)
         raise AutotuneError(f"lowering the model to TIR failed: {first_line(err)}") from None

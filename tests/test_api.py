@@ -316,3 +316,30 @@ def test_tune_compile_run_through_the_api(tmp_path):
         api.run(out, inputs={"image": image})
     with pytest.raises(OptionError, match="rtol must be 0 or more"):
         api.run(out, rtol=-1.0)
+
+
+def test_calls_on_two_threads_import_models_one_at_a_time():
+    """TVM's Relax BlockBuilder keeps a process-wide stack and the import swaps standard
+    output: ``layers`` on two threads failed inside TVM about half the time ("TVM's ONNX
+    frontend failed: AssertionError", blamed on the model) and left ``sys.stdout`` a
+    buffer in 3 runs of 3, so the process printed nothing more."""
+    import sys
+    import threading
+
+    stdout = sys.stdout
+    results: dict[str, object] = {}
+
+    def layers(model: str, size: int) -> None:
+        try:
+            results[f"{model}{size}"] = len(api.layers(model, size=size))
+        except BaseException as err:  # noqa: BLE001 - what the thread met is the test's answer
+            results[f"{model}{size}"] = err
+
+    threads = [threading.Thread(target=layers, args=(m, s)) for m, s in
+               (("dqn", 36), ("resnet18", 32), ("dqn", 44), ("mobilenetv2", 32))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sys.stdout is stdout
+    assert all(isinstance(v, int) and v > 0 for v in results.values()), results
