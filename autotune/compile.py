@@ -171,7 +171,7 @@ def _nearest_batches_first(found: list[tuple[Any, float]], flops: float) -> list
 def _mapped(space, record) -> Any:
     """``record``'s config, from the same layer at another batch size, put onto this
     layer's candidates and applied: the batch spread over the outermost tiles
-    (:func:`_batch_in_outer_tiles`), else each knob at its nearest candidate as the
+    (:func:`batch_in_outer_tiles`), else each knob at its nearest candidate as the
     guided tuners map history. The scheduled PrimFunc, or None where neither applies
     (another knob space version, or what the space or the GPU checks refuse)."""
     from autotune.search.features import map_config
@@ -179,7 +179,7 @@ def _mapped(space, record) -> Any:
 
     if record.space_id.rsplit(":", 1)[0] != space.space_id.rsplit(":", 1)[0]:
         return None
-    for config in (_batch_in_outer_tiles(space, record.config), map_config(space, record.config)):
+    for config in (batch_in_outer_tiles(space, record.config), map_config(space, record.config)):
         if config is None:
             continue
         try:
@@ -190,7 +190,7 @@ def _mapped(space, record) -> Any:
     return None
 
 
-def _batch_in_outer_tiles(space, config: dict) -> dict | None:
+def batch_in_outer_tiles(space, config: dict) -> dict | None:
     """``config`` with each tiling the batch size changed rescaled in its outermost level
     (thread blocks on a GPU, the parallel loop on a CPU), the rest as tuned; None where a
     tiling does not divide so. The nearest tiling, as the guided tuners map history, put
