@@ -126,7 +126,22 @@ def tune(
     with ``name``, ``op_class``, ``workload_key``, ``match_score``, ``dispatch`` (exact,
     guided, transfer, cold or override), ``tuner``, ``trials``, ``best_latency`` and
     ``default_latency`` (seconds) and ``curve`` ([trial, best latency so far] pairs).
+
+    A SIGTERM (a job runner stopping the process) stops the tune as Ctrl-C does, the run
+    marked killed in history and MLflow, and then ends the process as SIGTERM does; in
+    the main thread, where no SIGTERM handler of the caller's is installed.
     """
+    from autotune.errors import ending_after_cleanup_on_sigterm
+
+    with ending_after_cleanup_on_sigterm():
+        return _tune(model, target=target, history=history, out=out, out_dir=out_dir, mlflow=mlflow,
+                     mlflow_uri=mlflow_uri, mlflow_experiment=mlflow_experiment, input_shapes=input_shapes,
+                     size=size, batch_size=batch_size, progress=progress, **options)
+
+
+def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_experiment, input_shapes, size,
+          batch_size, progress, **options) -> dict[str, Any]:
+    """:func:`tune`, its stop by SIGTERM arranged."""
     from autotune.progress import make_reporter
     from autotune.report import run_dir
     from autotune.tracking import Tracker, finish_with_report

@@ -124,6 +124,29 @@ def stopping_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def ending_after_cleanup_on_sigterm() -> Iterator[None]:
+    """For the Python API: SIGTERM stops the work as Ctrl-C does (the run marked killed in
+    history and MLflow, the build workers shut down), then ends the process as SIGTERM
+    would have (status 143), the caller's code having never been asked to handle a
+    ``KeyboardInterrupt`` it did not send. Under a job runner that sends SIGTERM, an API
+    tune had left its runs RUNNING and a build folder behind. Only in the main thread and
+    where SIGTERM is at its default (the CLI installs its own first)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    try:
+        with stopping_on_sigterm():
+            yield
+    except KeyboardInterrupt:
+        if terminated():
+            signal.raise_signal(signal.SIGTERM)  # the default is back: the process ends here
+        raise
+
+
 def terminated() -> bool:
     """The last stop inside :func:`stopping_on_sigterm` was a SIGTERM, not a Ctrl-C."""
     return _terminated

@@ -343,3 +343,44 @@ def test_calls_on_two_threads_import_models_one_at_a_time():
         t.join()
     assert sys.stdout is stdout
     assert all(isinstance(v, int) and v > 0 for v in results.values()), results
+
+
+def test_sigterm_to_an_api_tune_marks_the_run_killed_then_ends_the_process(tmp_path):
+    """A job runner's SIGTERM to a Python process tuning through the API ended it on the
+    spot: the run left ``running`` in history (MLflow's RUNNING) and a build folder in
+    /tmp. Now the tune stops as on Ctrl-C, and the process still ends by SIGTERM."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    history = tmp_path / "h.db"
+    script = ("import sys\nfrom autotune import api\n"
+              "api.tune('resnet18', size=32, target='llvm', trials=500, batch=2, max_layers=1, verify=False,"
+              " model_latency=False, mlflow=False, history=sys.argv[1], out_dir=sys.argv[2])\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(history), str(tmp_path / "report")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "AUTOTUNE_HOME": str(tmp_path / "home")})
+
+    def count() -> int:
+        if not history.exists():
+            return 0
+        with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
+            try:
+                return db.execute("select count(*) from records").fetchone()[0]
+            except sqlite3.OperationalError:  # tables not there yet
+                return 0
+
+    deadline = time.monotonic() + 300
+    while count() < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGTERM, err  # ended by the signal, as without autotune
+    assert "Traceback" not in err
+    with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
+        assert db.execute("pragma integrity_check").fetchone() == ("ok",)
+        assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
