@@ -332,6 +332,8 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         reused = sum(_num(v) or 0 for v in twins.values()) if isinstance(twins, Mapping) else 0
         if reused:
             caption += f", {reused:.0f} twin program{'' if reused == 1 else 's'} answered unmeasured"
+    if report.get("history_was_empty"):
+        caption += f"  history was empty: {_history_path(report.get('history'))}"
     if report.get("run_id"):
         caption += f"  run {report['run_id']}"
 
@@ -367,6 +369,14 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     console = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
     console.print(table)
     return buf.getvalue()
+
+
+def _history_path(url: Any) -> str:
+    """The history as a person gave it: a file's path, else the (masked) URL."""
+    from autotune.history.location import sqlite_file
+
+    path = sqlite_file(url) if isinstance(url, str) else None
+    return str(path) if path is not None else str(url)
 
 
 def write_csv(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -205,6 +205,7 @@ class TuneSession:
             )
         spec, mod, layers = model.spec, model.mod, model.layers
         self._inputs = spec.inputs_description()
+        history_was_empty = not self.store.workloads()  # before this run registers its own
         self.store.register_target(self.target.history_info())
         for layer in layers:
             self.store.register_workload(layer.workload_info())
@@ -242,6 +243,9 @@ class TuneSession:
             "target": {"kind": self.target.kind, "arch": self.target.arch, "device_name": self.target.device_name, "config": self.target.config},
             "budget": opts.trials,
             "history": self.store.url,
+            # nothing to draw on: the first run, or a mistyped --history path, which tune
+            # creates (as it must, the first time) and tuned cold without a word
+            "history_was_empty": history_was_empty,
             "tuner": opts.tuner,
             "batch_norm": opts.batch_norm,  # the layering: it decides the layers' keys
             "budget_split": schedule.name,

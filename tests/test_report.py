@@ -138,6 +138,15 @@ def test_the_model_timings_keep_their_digits() -> None:
     assert "model latency: 1.3 us -> 1.2 us" in caption
 
 
+def test_format_table_says_when_history_was_empty() -> None:
+    """A mistyped ``--history`` folder is created, as the first run's must be, and the
+    tune went on cold without a word: the caption says history was empty, and where."""
+    report = dict(make_report(), history="sqlite:////work/typo/h.db")
+    assert "history was empty" not in format_table(report)
+    caption = " ".join(format_table(dict(report, history_was_empty=True), width=200).split())
+    assert "history was empty: /work/typo/h.db" in caption
+
+
 def test_format_table_says_when_the_two_model_timings_are_of_one_module() -> None:
     """No layer's schedule changed, and the caption read 0.48x, as a slowdown."""
     report = dict(make_report(), model_latency_before=1.0e-3, model_latency_after=2.1e-3)
