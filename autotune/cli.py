@@ -495,14 +495,31 @@ def cmd_history_runs(args) -> int:
     wm = min(40, max(len("model"), *(len(str(r["model"])) for r in runs)))
     wt = min(40, max(len("target"), *(len(str(r["target_key"])) for r in runs)))
     wu = min(10, max(len("tuner"), *(len(str(r["tuner"])) for r in runs)))
-    print(f"{'run':<12} {'started (UTC)':<19} {'model':<{wm}} {'target':<{wt}} {'tuner':<{wu}} {'batch norm':<10} {'status':<8} {'records':>7}")
-    for run in runs:
+    shapes = [_run_inputs(r) for r in runs]  # one model at two batches or sizes read as one otherwise
+    wi = min(30, max(len("inputs"), *(len(t) for t in shapes)))
+    print(f"{'run':<12} {'started (UTC)':<19} {'model':<{wm}} {'inputs':<{wi}} {'target':<{wt}} {'tuner':<{wu}} {'batch norm':<10} "
+          f"{'status':<8} {'records':>7}")
+    for run, inputs in zip(runs, shapes):
         started = str(run["started_at"] or "")[:19].replace("T", " ")
         print(
-            f"{run['run_id'][:12]:<12} {started:<19} {_fit(str(run['model']), wm):<{wm}} {_fit(str(run['target_key']), wt):<{wt}} "
-            f"{_fit(str(run['tuner']), wu):<{wu}} {run['batch_norm']:<10} {run['status']:<8} {run['n_records']:>7}"
+            f"{run['run_id'][:12]:<12} {started:<19} {_fit(str(run['model']), wm):<{wm}} {_fit(inputs, wi):<{wi}} "
+            f"{_fit(str(run['target_key']), wt):<{wt}} {_fit(str(run['tuner']), wu):<{wu}} {run['batch_norm']:<10} "
+            f"{run['status']:<8} {run['n_records']:>7}"
         )
     return 0
+
+
+def _run_inputs(run: dict) -> str:
+    """A run's input shapes as tuned (``1x4x36x36``; several inputs joined by ``,``), "-"
+    for a run recorded before its params carried them."""
+    inputs = (run.get("params") or {}).get("inputs")
+    if not isinstance(inputs, dict) or not inputs:
+        return "-"
+    shapes = []
+    for info in inputs.values():
+        shape = info.get("shape") if isinstance(info, dict) else None
+        shapes.append("x".join(str(d) for d in shape) if isinstance(shape, list) else "?")
+    return ",".join(shapes)
 
 
 def _fit(text: str, width: int) -> str:

@@ -493,7 +493,8 @@ def test_history_runs_lists_each_run_with_its_layering(capsys, populated_history
     with open_history(path) as store:
         store.start_run("0ld", model="resnet18", target_key="llvm:znver3:cpu", tuner="auto", params={"trials": 8})
         store.finish_run("0ld", "finished", {})
-        store.start_run("n3w", model="resnet18", target_key="llvm:znver3:cpu", tuner="gga", params={"batch_norm": "weights"})
+        store.start_run("n3w", model="resnet18", target_key="llvm:znver3:cpu", tuner="gga",
+                        params={"batch_norm": "weights", "inputs": {"x": {"dtype": "float32", "shape": [2, 3, 32, 32]}}})
         store.add_record(workload_key=key, target_key="llvm:znver3:cpu", space_id="s", config={"i": 9},
                          samples=[1e-3], status="ok", tuner="gga", run_id="n3w")
     assert main(["history", "runs", "--history", path, "--json"]) == 0
@@ -506,6 +507,8 @@ def test_history_runs_lists_each_run_with_its_layering(capsys, populated_history
     header, *lines = capsys.readouterr().out.strip().splitlines()
     assert "batch norm" in header and len(lines) == 2
     assert lines[1].split()[0] == "n3w" and " weights " in lines[1] and " running " in lines[1]
+    # which batch and size a run tuned: one model at two batches read as one model twice
+    assert "inputs" in header and lines[1].split()[4] == "2x3x32x32" and lines[0].split()[4] == "-"
     # a model name past 16 characters is kept whole (squeezenet1_1_ts_dyn read as squeezenet1_1_ts)
     with open_history(path) as store:
         for run_id, model in (("ts", "squeezenet1_1_ts"), ("dyn", "squeezenet1_1_ts_dyn"), ("long", "m" * 30 + "_dynamo_batch4_final")):
