@@ -337,9 +337,12 @@ def run(
     if check is not None:
         check = str(check)
         zoo_info = meta.get("zoo") or {}
+        zoo_size = None  # a zoo model's size where it is not its default
         if zoo_info.get("name") == check and is_zoo_name(check):
             # rebuild exactly the zoo model that was compiled (same size, batch and weights)
             model = load_model(check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
+        elif is_zoo_name(check):  # a module compiled from a file (`zoo export` wrote it), checked by the zoo's name
+            model, zoo_size = _zoo_model_for(check, {k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
         else:
             shapes = {k: tuple(v["shape"]) for k, v in meta["inputs"].items()}
             try:
@@ -354,8 +357,9 @@ def run(
         for name, info in meta["inputs"].items():
             ours, theirs = info.get("dtype", "float32"), model.input_dtypes.get(name)
             if theirs is not None and ours != theirs:
-                how = (f" (`autotune zoo export {check} --dtype {ours}` writes the zoo's)" if is_zoo_name(check) and ours in HALF_TYPES
-                       else "")
+                size_flag = f" --size {zoo_size}" if zoo_size is not None else ""
+                how = (f" (`autotune zoo export {check}{size_flag} --dtype {ours}` writes the zoo's)"
+                       if is_zoo_name(check) and ours in HALF_TYPES else "")
                 raise OptionError("{check} " + quoted_text(f"{check} takes {name} as {theirs}, this module as {ours}: check "
                                                           f"it against the model in {ours} it was compiled from{how}"), "check")
         try:
@@ -466,6 +470,35 @@ def _unknown_keywords(options: Mapping[str, Any], also: Sequence[str] = ()) -> t
     """(keywords that are no tune option, the names a caller takes: the options' and ``also``)."""
     unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
     return unknown, sorted((_TUNE_FIELDS | _MEASURE_FIELDS | set(also)) - {"measure"})
+
+
+def _zoo_model_for(name: str, shapes: dict[str, tuple[int, ...]]):
+    """(the zoo model ``name`` at the size and batch that take ``shapes``, its size where
+    not the default): a module compiled from ``autotune zoo export dqn --size 36`` was
+    checked against dqn at its default 84, and the reference failed with a reshape error
+    that asked whether the module was compiled from dqn. Sizes tried: the default, then
+    the inputs' last dimension (an image's width, a frame's) at their first (the batch)."""
+    from autotune.decompose import shape_text
+    from autotune.frontend import load_model
+
+    first = next(iter(shapes.values()), ())
+    tries: list[tuple[int | None, int | None]] = [(None, None)]
+    if len(first) >= 2:
+        tries.append((int(first[-1]), int(first[0])))
+    model = None
+    for size, batch in tries:
+        try:
+            model = load_model(name, size=size, batch_size=batch)
+        except AutotuneError:
+            continue
+        if {k: tuple(v) for k, v in model.input_shapes.items()} == shapes:
+            return model, size
+    default = load_model(name)
+    takes = ", ".join(f"{k} {shape_text(list(v))}" for k, v in default.input_shapes.items())
+    mine = ", ".join(f"{k} {shape_text(list(v))}" for k, v in shapes.items())
+    raise OptionError("{check} " + quoted_text(
+        f"{name}: the zoo model takes {takes} at its default size, this module {mine}, which no size of it takes; "
+        "give the ONNX file the module was compiled from"), "check")
 
 
 def _refuse_unknown(options: Mapping[str, Any]) -> None:
