@@ -584,6 +584,10 @@ def _layer_metrics(tracker: Tracker, layer: Mapping[str, Any], replay_curve: boo
         "tuner_at_end": handed.get("to") or (layer.get("tuner") if rematched else None),
         "rematched_at_trial": rematched.get("at_trial"),
         "handed_over_after_configs": handed.get("after_configs"),
+        # what the table's tuner column says beside the tuner: "gga (guided, probe)",
+        # "resumed at 3"; MLflow had the bare tuner
+        "probe": "true" if layer.get("probe") else None,
+        "resumed_configs": layer.get("resumed") or None,
     })
     if replay_curve:
         for point in layer.get("curve") or []:
@@ -596,6 +600,9 @@ def _layer_metrics(tracker: Tracker, layer: Mapping[str, Any], replay_curve: boo
     best = layer.get("best_latency")
     default = layer.get("default_latency")
     tracker.log_metric("final_best_latency_ms", None if best is None else float(best) * 1e3)
+    flops = layer.get("flops")
+    # a reused layer (no trial, so no per-trial gflops) showed GFLOP/s in the table alone
+    tracker.log_metric("final_gflops", float(flops) / float(best) / 1e9 if flops and best else None)
     tracker.log_metric("default_latency_ms", None if default is None else float(default) * 1e3)
     tracker.log_metric("speedup", layer.get("speedup"))
     tracker.log_metric("share", layer.get("share"))

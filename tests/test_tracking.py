@@ -61,6 +61,8 @@ def make_report() -> dict[str, Any]:
                 "match_score": 0.87,
                 "tuner": "history",
                 "dispatch": "warm",
+                "probe": True,
+                "resumed": 3,
                 "trials": 3,
                 "best_latency": 0.00012,
                 "default_latency": 0.00040,
@@ -159,6 +161,10 @@ def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
         # the share of the measured time, as the table shows it (not the stored estimate)
         assert kid.data.metrics["share"] == pytest.approx(shares[layer["name"]])
         assert kid.data.metrics["share"] != pytest.approx(layer["share"])
+        # the table's GFLOP/s, there for a reused layer too, which logs no trial
+        assert kid.data.metrics["final_gflops"] == pytest.approx(layer["flops"] / layer["best_latency"] / 1e9)
+        assert ("probe" in kid.data.tags, kid.data.tags.get("resumed_configs")) == (
+            (True, "3") if layer["name"] == "fused_dense_add" else (False, None))
 
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"report.json", "report.csv", "convergence.png", "layers.txt"} <= artifacts
