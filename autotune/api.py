@@ -182,6 +182,7 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
     # The model, then MLflow, then history: a model that will not load, or a store MLflow
     # refuses, must not leave a new, empty history (or a failed MLflow run) behind
     loaded = load_layers(str(model), input_shapes=shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)
+    _check_history_creatable(history)  # a history that cannot be opened left a new MLflow store behind
     tracker = Tracker.create(mlflow, mlflow_uri, mlflow_experiment)
     store = open_history(history)
     session = TuneSession(spec, store, opts, tracker=tracker, reporter=make_reporter(progress))
@@ -470,6 +471,18 @@ def _unknown_keywords(options: Mapping[str, Any], also: Sequence[str] = ()) -> t
     """(keywords that are no tune option, the names a caller takes: the options' and ``also``)."""
     unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
     return unknown, sorted((_TUNE_FIELDS | _MEASURE_FIELDS | set(also)) - {"measure"})
+
+
+def _check_history_creatable(history: str | os.PathLike | None) -> None:
+    """A history file ``tune`` could not open or create, refused before MLflow's store is
+    set up: a directory given as ``history`` raised only after ``mlruns/mlflow.db`` was
+    made. (A server's reachability is found when it is opened.)"""
+    from autotune.history.location import resolve_location, sqlite_file
+    from autotune.history.sqlite_db import check_creatable
+
+    path = sqlite_file(resolve_location(history))
+    if path is not None:
+        check_creatable(str(path))
 
 
 def _zoo_model_for(name: str, shapes: dict[str, tuple[int, ...]]):

@@ -128,6 +128,12 @@ def test_history_and_argument_type_errors_are_autotune_errors(tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(AutotuneError, match="cannot create history"):
         api.tune("resnet18", size=32, target="llvm", mlflow=False, history=str(tmp_path / "afile" / "h.db"), trials=1)
+    # refused before MLflow's store is made: a directory given as history left mlruns/mlflow.db behind
+    (tmp_path / "adir").mkdir()
+    store = tmp_path / "mlruns" / "mlflow.db"
+    with pytest.raises(AutotuneError, match="it is a directory"):
+        api.tune("resnet18", size=32, target="llvm", mlflow_uri=f"sqlite:///{store}", history=str(tmp_path / "adir"), trials=1)
+    assert not store.parent.exists()
     for call, words in [
         (lambda: api.tune("resnet18", history=123, mlflow=False), "history must be a path or None, got 123"),
         (lambda: api.tune("resnet18", input_shapes=[(1, 3, 32, 32)], mlflow=False), "input_shapes maps input names to shapes"),
