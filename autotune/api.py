@@ -171,7 +171,6 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
         spec = remote_target(target if isinstance(target, str) else target.kind, rpc)
     if out is not None:
         from autotune.compile import check_module_path
-
         from autotune.history.location import resolve_location
 
         check_module_path(out, inputs=[model], history=resolve_location(history))

@@ -138,15 +138,13 @@ def why_not_creatable(path: str) -> str | None:
 def check_creatable(path: str) -> None:
     """What opening ``path`` to write would refuse, said before anything is made (by the
     caller or by others, such as an MLflow store set up first): an existing file as
-    :func:`check_existing_file` reads it, a missing one under a non-directory."""
+    :func:`check_existing_file` reads it, a missing one as :func:`why_not_creatable` does."""
     if os.path.lexists(path):
         check_existing_file(path, readonly=False)
         return
-    probe = os.path.dirname(path)
-    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise HistoryError(f"cannot create history at {path}: {probe} is not a directory")
+    why = why_not_creatable(path)
+    if why is not None:
+        raise HistoryError(f"cannot create history at {path}: {why}")
 
 
 def make_parents(path: str) -> list[str]:
