@@ -360,7 +360,8 @@ def test_sigterm_to_an_api_tune_marks_the_run_killed_then_ends_the_process(tmp_p
     import sqlite3
     import subprocess
     import sys
-    import time
+
+    from tests.running_tune import wait_for_records
 
     history = tmp_path / "h.db"
     script = ("import sys\nfrom autotune import api\n"
@@ -369,20 +370,7 @@ def test_sigterm_to_an_api_tune_marks_the_run_killed_then_ends_the_process(tmp_p
     proc = subprocess.Popen([sys.executable, "-c", script, str(history), str(tmp_path / "report")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "AUTOTUNE_HOME": str(tmp_path / "home")})
-
-    def count() -> int:
-        if not history.exists():
-            return 0
-        with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
-            try:
-                return db.execute("select count(*) from records").fetchone()[0]
-            except sqlite3.OperationalError:  # tables not there yet
-                return 0
-
-    deadline = time.monotonic() + 300
-    while count() < 4 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert proc.poll() is None, proc.communicate()
+    wait_for_records(proc, history, 4)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGTERM, err  # ended by the signal, as without autotune

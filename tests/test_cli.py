@@ -974,7 +974,8 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env, stop):
     RUNNING."""
     import signal
     import sqlite3
-    import time
+
+    from tests.running_tune import wait_for_records
 
     history = env / "h.db"
     proc = subprocess.Popen(
@@ -986,21 +987,7 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env, stop):
         # Python then never raises KeyboardInterrupt. Ctrl-C reaches a foreground tune.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-
-    def count() -> int:
-        if not history.exists():
-            return 0
-        with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
-            try:
-                return db.execute("select count(*) from records").fetchone()[0]
-            except sqlite3.OperationalError:  # tables not there yet
-                return 0
-
-    deadline = time.monotonic() + 300
-    while count() < 4 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert proc.poll() is None, proc.communicate()
-    seen = count()
+    seen = wait_for_records(proc, history, 4)
     proc.send_signal(getattr(signal, stop))
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143}[stop], err
