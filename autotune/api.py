@@ -509,8 +509,8 @@ def _zoo_model_for(name: str, shapes: dict[str, tuple[int, ...]]):
     takes = ", ".join(f"{k} {shape_text(list(v))}" for k, v in default.input_shapes.items())
     mine = ", ".join(f"{k} {shape_text(list(v))}" for k, v in shapes.items())
     raise OptionError("{check} " + quoted_text(
-        f"{name}: the zoo model takes {takes} at its default size, this module {mine}, which no size of it takes; "
-        "give the ONNX file the module was compiled from"), "check")
+        f"{name}: the zoo model takes {takes} at its default size, and no size of it takes this module's {mine}: "
+        f"is the module compiled from {name}? (check it against the ONNX file it was compiled from)"), "check")
 
 
 def _refuse_unknown(options: Mapping[str, Any]) -> None:

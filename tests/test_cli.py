@@ -727,7 +727,7 @@ def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, 
     assert main(["run", "dqn36.so", "--check", "dqn", "--repeat", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["check"]["ok"]
     _user_error(capsys, ["run", "dqn36.so", "--check", "mobilenetv2", "--repeat", "1"],
-                contains=("which no size of it takes; give the ONNX file the module was compiled from",))
+                contains=("no size of it takes this module's input 1x4x36x36: is the module compiled from mobilenetv2?",))
 
 
 def test_a_history_that_ends_with_the_command_is_refused_where_it_would_be_written(capsys, env):

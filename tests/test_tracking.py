@@ -61,8 +61,6 @@ def make_report() -> dict[str, Any]:
                 "match_score": 0.87,
                 "tuner": "history",
                 "dispatch": "warm",
-                "probe": True,
-                "resumed": 3,
                 "trials": 3,
                 "best_latency": 0.00012,
                 "default_latency": 0.00040,
@@ -111,6 +109,7 @@ def steps(client, run_id: str, key: str) -> list[tuple[int, float]]:
 def test_live_logging_then_report(store: str, tmp_path: Path) -> None:
     """The pipeline's path: start, one nested run per layer with per-trial metrics, then the report."""
     report = make_report()
+    report["layers"][1].update(probe=True, resumed=3)  # as the table's tuner column shows them
     with Tracker.create(True, store) as tracker:
         run_id = tracker.start("resnet18", report_params(report), {"autotune.cli": "tune"})
         assert run_id and tracker.run_id == run_id
