@@ -70,7 +70,7 @@ def format_text(info: dict[str, Any]) -> str:
          else "no (cuda-bindings or libnvrtc missing: TVM cannot compile CUDA C here)"),
         ("home", info["home"]),
         ("cpu roofline", _roofline_text(info["cpu_roofline"])),
-        ("history", hist["url"] + ("" if hist["exists"] or hist.get("error") else " (not created yet)")),
+        ("history", hist.get("path", hist["url"]) + ("" if hist["exists"] or hist.get("error") else " (not created yet)")),
     ]
     if hist.get("error"):
         rows.append(("", hist["error"] if not hist["exists"] else f"cannot read: {hist['error']}"))
@@ -135,6 +135,8 @@ def _history(location: str | None) -> dict[str, Any]:
     url = resolve_location(location)
     out: dict[str, Any] = {"url": mask_url(url)}
     path = sqlite_file(url)
+    if path is not None:  # the file as a person names it: the URL percent-encodes it
+        out["path"] = str(path)
     if path is not None and not path.exists():
         from autotune.history.sqlite_db import why_not_creatable
 

@@ -47,7 +47,9 @@ def _home() -> Path:
 
 def default_tracking_uri() -> str:
     """The embedded store used when nothing is configured: sqlite needs no server and is supported."""
-    return f"sqlite:///{(_home() / 'mlruns' / DB_NAME).as_posix()}"
+    from autotune.history.location import sqlite_url
+
+    return sqlite_url((_home() / "mlruns" / DB_NAME).as_posix())
 
 
 #: MLflow's tracking URIs without a scheme (Databricks workspaces): not a folder of that
@@ -71,17 +73,20 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     path = Path(chosen).expanduser().resolve()
     if path.suffix.lower() not in {".db", ".sqlite", ".sqlite3"}:
         path = path / DB_NAME
-    return f"sqlite:///{path.as_posix()}"
+    from autotune.history.location import sqlite_url
+
+    return sqlite_url(path.as_posix())
 
 
 def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a sqlite URI (None for in-memory or other schemes)."""
-    if not uri.startswith("sqlite:///"):
+    """The database file of a sqlite URI (None for in-memory or other schemes), decoded
+    as MLflow's SQLAlchemy opens it: an AUTOTUNE_HOME holding ``%41`` or ``#`` made a
+    store MLflow retried for 105 s and could not open."""
+    from autotune.history.location import sqlite_file
+
+    if not uri.startswith("sqlite:"):
         return None
-    rest = uri[len("sqlite:///"):].split("?", 1)[0]
-    if not rest or rest == ":memory:":
-        return None
-    return Path("/" + rest.lstrip("/")) if uri.startswith("sqlite:////") else Path(rest)
+    return sqlite_file(uri)
 
 
 def _one_line(exc: BaseException) -> str:

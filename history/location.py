@@ -52,13 +52,33 @@ def resolve_location(location: str | os.PathLike[str] | None = None) -> str:
         value = os.environ.get(ENV_VAR, "").strip() or os.path.join(autotune_home(), DEFAULT_NAME)
     if is_url(value):
         return value
-    return "sqlite:///" + os.path.abspath(os.path.expanduser(value))
+    return sqlite_url(os.path.abspath(os.path.expanduser(value)))
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """``sqlite:///`` and ``path`` percent-encoded: a URL's reader decodes ``%XX`` and cuts
+    at ``?``, so ``--history 'a%41.db'`` opened ``aA.db`` and ``n?x=1.db`` created ``n``."""
+    from urllib.parse import quote
+
+    return "sqlite:///" + quote(os.fspath(path), safe="/")
 
 
 def sqlite_file(url: str) -> Path | None:
-    """The file a ``sqlite:///`` URL from :func:`resolve_location` names; None for a server."""
-    prefix = "sqlite:///"
-    return Path(url[len(prefix):]) if url.startswith(prefix) else None
+    """The file a ``sqlite:`` URL names, as the store opens it (``%XX`` decoded, ``~``
+    expanded, relative to the working directory); None for a server or in-memory.
+    Taking the text after ``sqlite:///`` as it stood, a percent-encoded
+    ``$AUTOTUNE_HISTORY`` named no file: compile read no history and ``-o`` wrote the
+    module over the database."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    if parsed.get_backend_name() != "sqlite" or (parsed.database or "") in ("", ":memory:"):
+        return None
+    return Path(os.path.abspath(os.path.expanduser(parsed.database)))
 
 
 def history_option(url: str) -> str:

@@ -366,6 +366,38 @@ def populated_history(env):
     return path, key
 
 
+def test_a_history_path_names_its_file_exactly(capsys, env, populated_history, monkeypatch):
+    """A path was made a URL unencoded: ``a%41.db`` opened ``aA.db``, ``n?x=1.db`` created
+    ``n``; and a percent-encoded ``$AUTOTUNE_HISTORY`` named no file to the checks that
+    look at one, so ``compile -o`` wrote the module over the database."""
+    import shutil
+
+    from autotune.history.location import sqlite_url
+
+    path, key = populated_history
+    folder = env / "odd dir #1"
+    folder.mkdir()
+    for name in ("a%41.db", "n?x=1.db", "ü 家 $x 'q.db"):
+        shutil.copy(path, folder / name)
+        assert main(["history", "show", key, "--history", str(folder / name), "--json"]) == 0
+        assert len(json.loads(capsys.readouterr().out)["records"]) == 3
+    assert main(["history", "export", "--history", path, str(env / "e.json")]) == 0
+    assert main(["history", "import", "--history", str(folder / "new?x=1.db"), str(env / "e.json")]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["a%41.db", "n?x=1.db", "ü 家 $x 'q.db", "new?x=1.db"])
+    url = sqlite_url(folder / "ü 家 $x 'q.db")
+    assert "%" in url and " " not in url
+    monkeypatch.setenv("AUTOTUNE_HISTORY", url)
+    assert main(["history", "show", key, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["records"]) == 3
+    kept = (folder / "ü 家 $x 'q.db").read_bytes()
+    _user_error(capsys, ["compile", "dqn", "--size", "36", "--target", "llvm", "-o", str(folder / "ü 家 $x 'q.db")],
+                contains=("is the history database",))
+    assert (folder / "ü 家 $x 'q.db").read_bytes() == kept
+    assert main(["info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["history"]["path"] == str(folder / "ü 家 $x 'q.db")
+
+
 def test_history_show_unknown_key(capsys, populated_history):
     path, _ = populated_history
     _user_error(capsys, ["history", "show", "zzzz", "--history", path], contains=("'zzzz'",))
