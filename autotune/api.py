@@ -173,11 +173,19 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
         from autotune.compile import check_module_path
         from autotune.history.location import resolve_location
 
-        check_module_path(out, inputs=[model], history=resolve_location(history))
-    if out_dir is not None:
-        from autotune.compile import check_output_dir
+        out = check_module_path(out, inputs=[model], history=resolve_location(history))
+    from autotune.compile import check_output_dir
 
-        check_output_dir(out_dir)
+    if out_dir is not None:
+        out_dir = check_output_dir(out_dir)
+    else:  # the default, under AUTOTUNE_HOME, too: a read-only one failed only after the tune
+        runs = run_dir("run").parent
+        try:
+            check_output_dir(runs)
+        except AutotuneError as err:
+            why = str(err).split(": ", 1)[-1]
+            raise AutotuneError(f"cannot write run reports in {runs}: {why} (set AUTOTUNE_HOME to a folder this "
+                                "process may write, or give out_dir)") from None
     # The model, then MLflow, then history: a model that will not load, or a store MLflow
     # refuses, must not leave a new, empty history (or a failed MLflow run) behind
     loaded = load_layers(str(model), input_shapes=shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)
@@ -310,6 +318,7 @@ def run(
     for name, value in (("check", check), ("save_outputs", save_outputs)):
         _check_path(value, name)
     check_flag(return_outputs, "return_outputs")
+    module = os.path.expanduser(os.fspath(module))  # `run '~/m.so'`: found by the description, then not loaded
     meta = load_metadata(module)
     casts: dict[str, str] = {}
     if inputs is None:

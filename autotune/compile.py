@@ -294,10 +294,20 @@ def check_output_path(out: str | os.PathLike) -> Path:
     ``zoo export`` does): what must hold is that the nearest existing one is a directory
     this process may write in, and that ``out`` itself is not a directory.
     """
-    out = Path(out)
+    text = os.fspath(out)
+    if text.endswith(("/", os.sep)):  # written as a file of the folder's name
+        raise AutotuneError(f"cannot write {text}: the name ends in '/', a folder's; give a file name")
+    out = Path(os.path.expanduser(text))  # `--out=~/m.so` reaches us unexpanded: it wrote ./~/m.so
+    limit = _name_max(out)
+    if len(os.fsencode(out.name)) > limit:
+        raise AutotuneError(f"cannot write {out.name[:40]}...: the name is {len(os.fsencode(out.name))} bytes, "
+                            f"more than a file name here may hold ({limit})")
     if out.is_dir():
         raise AutotuneError(f"cannot write {out}: it is a directory")
-    ancestor = out.resolve().parent
+    # beside the name as given, not where a symlink of that name points: the module
+    # replaces the link there, and a temporary file in the link target's folder, on
+    # another file system, could not be renamed over it (after the whole tune)
+    ancestor = Path(os.path.abspath(out)).parent
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
@@ -382,17 +392,40 @@ def _probe_writable(out: Path, folder: Path) -> None:
 def check_output_dir(folder: str | os.PathLike) -> Path:
     """Fail before any work when reports could not be written in ``folder``: a file in
     its place was found only once a whole tune had run."""
-    folder = Path(folder)
+    folder = Path(os.path.expanduser(os.fspath(folder)))
     if folder.exists() and not folder.is_dir():
         raise AutotuneError(f"cannot write the report in {folder}: it is a file, not a directory")
+    if folder.is_symlink() and not folder.exists():  # made as a folder after the tune: "File exists"
+        raise AutotuneError(f"cannot write the report in {folder}: it is a symlink to {os.readlink(folder)}, which "
+                            "does not exist (make that folder, or give another)")
     check_output_path(folder / "report.json")
     return folder
 
 
+def _name_max(out: Path) -> int:
+    """The longest file name, in bytes, the nearest existing folder above ``out`` takes."""
+    folder = Path(os.path.abspath(out)).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def temporary_beside(parent: Path, suffix: str) -> Path:
+    """A fresh, short, hidden name in ``parent``: one built from the output's own name
+    (and a pid and a uuid) went past the file-name limit for outputs of a legal length."""
+    import uuid
+
+    return parent / f".autotune-{uuid.uuid4().hex[:16]}{suffix}"
+
+
 def make_parent(out: Path) -> Path:
-    """``out``'s directory, made if missing; only once the file is about to be written, so
-    a run that fails earlier leaves no empty directory behind."""
-    parent = out.resolve().parent
+    """``out``'s directory (as named, a symlink not followed), made if missing; only once
+    the file is about to be written, so a run that fails earlier leaves no empty
+    directory behind."""
+    parent = Path(os.path.abspath(out)).parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -404,10 +437,9 @@ def write_atomically(out: Path, write: Callable[[Path], None], *, suffix: str = 
     """``out`` written whole or not at all: ``write`` fills a temporary file beside it
     (named ending in ``suffix``), which is then renamed over ``out``. Not mkstemp: its
     0600 mode would survive the rename; a unique name suffices."""
-    import uuid
-
+    out = Path(os.path.expanduser(os.fspath(out)))
     parent = make_parent(out)
-    tmp = parent / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}{suffix}"
+    tmp = temporary_beside(parent, suffix)
     try:
         write(tmp)
         os.replace(tmp, out)
@@ -441,11 +473,9 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     ``device_code.fatbin_packer``); ``cc`` links (:func:`cross_linker`)."""
     out = check_output_path(out)
     parent = make_parent(out)
-    import uuid
-
     # a fresh name, not mkstemp's file: the linker kept its 0600 mode as 0711, a module
     # no other user could load (dlopen reads it)
-    tmp = str(parent / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.so")
+    tmp = str(temporary_beside(parent, ".so"))
     meta_tmp = tmp + ".json"
     try:
         executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}), **({"cc": cc} if cc else {}))
@@ -513,7 +543,7 @@ def compile_model(
     keep_interrupts_through_tvm()
     say = step or (lambda text: None)
 
-    check_module_path(out, inputs=[model], history=getattr(store, "location", None))
+    out = check_module_path(out, inputs=[model], history=getattr(store, "location", None))
     if target.kind == "cuda":
         from autotune.device_code import check_arch_compiles
 

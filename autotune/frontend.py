@@ -232,8 +232,15 @@ def load_model(
             raise AutotuneError(f"{model} is not an ONNX model ({type(err).__name__}: {first_line(err)})") from None
         if not proto.graph.node:
             raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
-        name, source = path.stem, str(path.resolve())
+        # a file name that is not UTF-8 (bytes Python carries as surrogates) could not be
+        # written to history as the model's name: a traceback at the run's start
+        name, source = _printable(path.stem), str(path.resolve())
     return _pin_shapes(proto, name, source, input_shapes or {}, fold_batch_norm=fold_batch_norm)
+
+
+def _printable(text: str) -> str:
+    """``text`` with any undecodable file-name byte shown as U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def is_zoo_name(model: str) -> bool:

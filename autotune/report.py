@@ -337,7 +337,10 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     if report.get("run_id"):
         caption += f"  run {report['run_id']}"
 
-    table = Table(title=title, caption=caption, show_lines=False)
+    from rich.markup import escape
+
+    # a model named net[red]v2 read "netv2": rich takes [..] as markup
+    table = Table(title=escape(title), caption=escape(caption), show_lines=False)
     headers = [
         ("layer", "left"),
         ("op", "left"),

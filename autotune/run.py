@@ -17,10 +17,12 @@ from autotune.errors import AutotuneError, first_line
 def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
     from autotune.compile import sidecar
 
-    path = Path(path)
+    path = Path(os.path.expanduser(os.fspath(path)))
     if not path.exists():
         raise AutotuneError(f"module not found: {path}")
     meta_path = sidecar(path)
+    if not meta_path.exists() and path.is_symlink() and sidecar(path.resolve()).exists():
+        meta_path = sidecar(path.resolve())  # `latest.so -> v3.so`: the description is v3.so's
     if not meta_path.exists():
         module = path.with_suffix("")
         if path.suffix == ".json" and sidecar(module) == path and module.exists():  # `run m.so.json`

@@ -398,6 +398,52 @@ def test_a_history_path_names_its_file_exactly(capsys, env, populated_history, m
     assert json.loads(capsys.readouterr().out)["history"]["path"] == str(folder / "ü 家 $x 'q.db")
 
 
+def test_outputs_land_where_named_however_they_are_named(capsys, env, dyn_model, monkeypatch):
+    """A user's awkward names: ``-o newdir/`` wrote a file named newdir; ``--out=~/m.so``
+    (the shell leaves it) wrote ./~/m.so; a 235-byte name failed in the linker after the
+    build (the temporary name added 45 bytes), a 263-byte one with a traceback; an output
+    that is a symlink into another file system failed after the build (the temporary file
+    was made in the link target's folder); a symlinked module had no description; a
+    dangling --out-dir failed with a traceback after the tune."""
+    import shutil
+    import tempfile
+
+    monkeypatch.setenv("HOME", str(env / "home"))
+    (env / "elsewhere").mkdir()
+    shape = ["--input-shape", "x=2x8", "--target", "llvm"]
+    _user_error(capsys, ["compile", dyn_model, *shape, "-o", "newdir/"], contains=("ends in '/', a folder's",))
+    _user_error(capsys, ["zoo", "export", "dqn", "--size", "36", "-o", "newdir2/"], contains=("ends in '/', a folder's",))
+    assert not (env / "newdir").exists() and not (env / "newdir2").exists()
+    assert main(["compile", dyn_model, *shape, "--out=~/m.so"]) == 0
+    assert (env / "home" / "m.so").exists() and not (env / "~").exists()
+    assert main(["run", "~/m.so", "--repeat", "1"]) == 0
+    long = "x" * 235
+    assert main(["compile", dyn_model, *shape, "-o", f"long/{long}.so"]) == 0
+    assert (env / "long" / f"{long}.so").exists()
+    _user_error(capsys, ["compile", dyn_model, *shape, "-o", f"long/{'é' * 130}.so"], contains=("the name is 263 bytes",))
+    elsewhere = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else env / "elsewhere"
+    target = Path(tempfile.mkdtemp(dir=elsewhere)) / "old.so"
+    target.write_bytes(b"old")
+    (env / "links").mkdir()
+    (env / "links" / "out.so").symlink_to(target)
+    assert main(["compile", dyn_model, *shape, "-o", "links/out.so"]) == 0  # the link is replaced, its target kept
+    assert not (env / "links" / "out.so").is_symlink() and target.read_bytes() == b"old"
+    shutil.rmtree(target.parent)
+    (env / "latest.so").symlink_to("links/out.so")
+    capsys.readouterr()
+    assert main(["run", "latest.so", "--repeat", "1"]) == 0  # its description is the target's
+    # a file name that is not UTF-8: the run's start failed writing the model's name to history
+    odd = os.fsdecode(b"r\xe9snet.onnx")
+    shutil.copy(dyn_model, env / odd)
+    assert main(["tune", odd, *shape, "--trials", "2", "--no-mlflow", "--quiet", "--history", "odd.db"]) == 0
+    capsys.readouterr()
+    assert main(["history", "runs", "--history", "odd.db", "--json"]) == 0
+    assert [r["model"] for r in json.loads(capsys.readouterr().out)] == ["r\ufffdsnet"]
+    (env / "dangling").symlink_to("gone/reports")
+    _user_error(capsys, ["tune", dyn_model, *shape, "--trials", "2", "--no-mlflow", "--out-dir", "dangling"],
+                contains=("is a symlink to gone/reports, which does not exist",))
+
+
 def test_history_show_unknown_key(capsys, populated_history):
     path, _ = populated_history
     _user_error(capsys, ["history", "show", "zzzz", "--history", path], contains=("'zzzz'",))

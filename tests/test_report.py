@@ -147,6 +147,11 @@ def test_format_table_says_when_history_was_empty() -> None:
     assert "history was empty: /work/typo/h.db" in caption
 
 
+def test_format_table_shows_a_models_name_as_it_is() -> None:
+    """``net[red]v2`` read "netv2": rich took the brackets for markup."""
+    assert "net[red]v2" in format_table(dict(make_report(), model="net[red]v2"))
+
+
 def test_format_table_says_when_the_two_model_timings_are_of_one_module() -> None:
     """No layer's schedule changed, and the caption read 0.48x, as a slowdown."""
     report = dict(make_report(), model_latency_before=1.0e-3, model_latency_after=2.1e-3)
