@@ -764,6 +764,7 @@ def cmd_report(args) -> int:
     from autotune import report as reporting
 
     from autotune.compile import check_output_dir
+    from autotune.errors import AutotuneError
 
     if args.out_dir:
         check_output_dir(args.out_dir)  # before the report is looked up: a file in its place ended in a traceback
@@ -771,18 +772,29 @@ def cmd_report(args) -> int:
     # a report read from a folder that holds its plots already (the run's own, where tune
     # wrote it) writes no copies into the working directory; one from MLflow, or --out-dir, does
     kept = [] if args.out_dir else reporting.artifacts_on_disk(args.run, data)
+    unwritten = None  # why the copies were not written, where the working directory takes no file
     if kept:
         paths = kept
+    elif args.out_dir:
+        paths = reporting.write_artifacts(data, Path(args.out_dir))
     else:
-        out_dir = Path(args.out_dir) if args.out_dir else check_output_dir(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
-        paths = reporting.write_artifacts(data, out_dir)
+        try:
+            out_dir = check_output_dir(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
+        except AutotuneError as err:  # the summary is still owed: it had refused to print it at all
+            paths, unwritten = [], str(err)
+        else:
+            paths = reporting.write_artifacts(data, out_dir)
     if args.json:
         # the run's own figures (model latency before and after, measuring time...) beside its rows
         head = {k: v for k, v in data.items() if k != "layers"}
-        print(json.dumps({**head, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths]}, default=str))
+        print(json.dumps({**head, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths],
+                          **({"files_not_written": unwritten} if unwritten else {})}, default=str))
     else:
         print(reporting.format_table(data))
-        print(f"{'its files' if kept else 'wrote'} {', '.join(str(p) for p in paths)}")
+        if unwritten:
+            print(f"its files not written: {unwritten} (give --out-dir)")
+        else:
+            print(f"{'its files' if kept else 'wrote'} {', '.join(str(p) for p in paths)}")
     return 0
 
 

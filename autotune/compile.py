@@ -351,15 +351,17 @@ def check_not_history(out: str | os.PathLike, history: str | os.PathLike) -> Non
     if path is None:
         return
     target = Path(out).expanduser().absolute()
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        name = Path(f"{path}{suffix}").expanduser().absolute()
-        try:
-            same = target == name or (target.exists() and name.exists() and os.path.samefile(target, name))
-        except OSError:
-            same = False
-        if same:
-            what = f"the history database {path}" + (f" (its {suffix[1:]} file)" if suffix else "")
-            raise AutotuneError(f"cannot write {out}: it is {what} (give the output another name)")
+    # SQLite keeps its side files beside the database a symlink names, not the link
+    for base in dict.fromkeys((path.absolute(), path.resolve())):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            name = Path(f"{base}{suffix}")
+            try:
+                same = target == name or (target.exists() and name.exists() and os.path.samefile(target, name))
+            except OSError:
+                same = False
+            if same:
+                what = f"the history database {path}" + (f" (its {suffix[1:]} file)" if suffix else "")
+                raise AutotuneError(f"cannot write {out}: it is {what} (give the output another name)")
 
 
 def check_not_an_input(out: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:

@@ -885,6 +885,10 @@ def test_a_module_never_replaces_the_history(capsys, env, dyn_model):
     default = os.environ["AUTOTUNE_HISTORY"]
     _user_error(capsys, ["tune", dyn_model, *shape, "--trials", "2", "--no-mlflow", "-o", default],
                 contains=("is the history database",))
+    (env / "hl").mkdir()  # SQLite keeps the side files beside what a symlink names
+    (env / "hl" / "link.db").symlink_to(env / "h.db")
+    _user_error(capsys, ["compile", dyn_model, *shape, "--history", "hl/link.db", "-o", "h.db-wal"],
+                contains=("is the history database", "(its wal file)"))
     assert (env / "h.db").read_bytes() == kept and not Path(default).exists()
     assert main(["compile", dyn_model, *shape, "--history", "h.db", "-o", "h.so"]) == 0
 

@@ -292,6 +292,12 @@ def test_report_of_a_run_whose_folder_holds_its_files_writes_no_copies(tmp_path:
     assert main(["report", "0a1b", "--history", str(tmp_path / "none.db")]) == 0
     assert "wrote autotune-report-0a1b2c3d4e5f/report.json" in capsys.readouterr().out
     assert (tmp_path / "autotune-report-0a1b2c3d4e5f" / "convergence.png").is_file()
+    # from a working directory that takes no file (/proc: root is not stopped by chmod),
+    # the summary is still printed; it had refused to print it at all
+    monkeypatch.chdir("/proc")
+    assert main(["report", "0a1b", "--history", str(tmp_path / "none.db")]) == 0
+    out = capsys.readouterr().out
+    assert "fused_dense_add" in out and "its files not written: cannot write" in out and "(give --out-dir)" in out
 
 
 def test_a_failed_run_is_explained_alike_by_its_full_id_and_a_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
