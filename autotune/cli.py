@@ -856,6 +856,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from autotune.errors import OptionError
 
             line = err.spelled(_flag) if isinstance(err, OptionError) else str(err)
+            # one line, whatever a file name in it holds (a newline split it in two)
+            line = line.replace("\r", "\\r").replace("\n", "\\n")
             print(f"autotune: error: {line}", file=sys.stderr)
             return EXIT_USAGE
         raise

@@ -439,6 +439,7 @@ def test_outputs_land_where_named_however_they_are_named(capsys, env, dyn_model,
     capsys.readouterr()
     assert main(["history", "runs", "--history", "odd.db", "--json"]) == 0
     assert [r["model"] for r in json.loads(capsys.readouterr().out)] == ["r\ufffdsnet"]
+    _user_error(capsys, ["layers", "no\nsuch.onnx"], contains=("no\\nsuch.onnx",))  # one line still
     (env / "dangling").symlink_to("gone/reports")
     _user_error(capsys, ["tune", dyn_model, *shape, "--trials", "2", "--no-mlflow", "--out-dir", "dangling"],
                 contains=("is a symlink to gone/reports, which does not exist",))
