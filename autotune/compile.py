@@ -298,18 +298,18 @@ def check_output_path(out: str | os.PathLike) -> Path:
     if text.endswith(("/", os.sep)):  # written as a file of the folder's name
         raise AutotuneError(f"cannot write {text}: the name ends in '/', a folder's; give a file name")
     out = Path(os.path.expanduser(text))  # `--out=~/m.so` reaches us unexpanded: it wrote ./~/m.so
-    limit = _name_max(out)
-    if len(os.fsencode(out.name)) > limit:
-        raise AutotuneError(f"cannot write {out.name[:40]}...: the name is {len(os.fsencode(out.name))} bytes, "
-                            f"more than a file name here may hold ({limit})")
-    if out.is_dir():
-        raise AutotuneError(f"cannot write {out}: it is a directory")
     # beside the name as given, not where a symlink of that name points: the module
     # replaces the link there, and a temporary file in the link target's folder, on
     # another file system, could not be renamed over it (after the whole tune)
     ancestor = Path(os.path.abspath(out)).parent
     while not ancestor.exists():
         ancestor = ancestor.parent
+    limit = _name_max(ancestor)
+    if len(os.fsencode(out.name)) > limit:  # before anything asks the file system of it (a traceback)
+        raise AutotuneError(f"cannot write {out.name[:40]}...: the name is {len(os.fsencode(out.name))} bytes, "
+                            f"more than a file name here may hold ({limit})")
+    if out.is_dir():
+        raise AutotuneError(f"cannot write {out}: it is a directory")
     if not ancestor.is_dir():
         raise AutotuneError(f"cannot write {out}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
@@ -404,11 +404,8 @@ def check_output_dir(folder: str | os.PathLike) -> Path:
     return folder
 
 
-def _name_max(out: Path) -> int:
-    """The longest file name, in bytes, the nearest existing folder above ``out`` takes."""
-    folder = Path(os.path.abspath(out)).parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+def _name_max(folder: Path) -> int:
+    """The longest file name, in bytes, ``folder``'s file system takes (255 where it will not say)."""
     try:
         return os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):

@@ -84,8 +84,6 @@ def _sqlite_path(uri: str) -> Path | None:
     store MLflow retried for 105 s and could not open."""
     from autotune.history.location import sqlite_file
 
-    if not uri.startswith("sqlite:"):
-        return None
     return sqlite_file(uri)
 
 
