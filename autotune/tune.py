@@ -900,7 +900,7 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
     size comes with the batch spread over its outermost tiles where that fits, as
     ``compile`` applies it (:func:`autotune.compile.batch_in_outer_tiles`): mapped to the
     nearest candidates instead, dqn's batch-1 winners put the batch in the innermost tile,
-    and a 16-trial tune at batch 2 ended 2x slower than compiling with them unmeasured."""
+    and a 16-trial tune at batch 2 ended 1.6x to 2x slower than compiling with them unmeasured."""
     from autotune.compile import batch_in_outer_tiles
     from autotune.history import split_target_key
     from autotune.search.tuner import PriorRecord
