@@ -106,7 +106,10 @@ def export_json(
         fp_or_path.write(text)  # type: ignore[union-attr]
         fp_or_path.write("\n")  # type: ignore[union-attr]
         return len(records)
-    path = os.path.abspath(os.fspath(fp_or_path))  # type: ignore[arg-type]
+    given = os.fspath(fp_or_path)  # type: ignore[arg-type]
+    if given.endswith(("/", os.sep)):  # written as a file of the folder's name
+        raise HistoryError(f"cannot export history to {given}: the name ends in '/', a folder's; give a file name")
+    path = os.path.abspath(os.path.expanduser(given))  # `export '~/e.json'` wrote ./~/e.json
     directory = os.path.dirname(path)
     if _is_sqlite_file(path):
         # `history export --history h.db h.db` (or another database) replaced it with JSON

@@ -52,6 +52,10 @@ def resolve_location(location: str | os.PathLike[str] | None = None) -> str:
         value = os.environ.get(ENV_VAR, "").strip() or os.path.join(autotune_home(), DEFAULT_NAME)
     if is_url(value):
         return value
+    if value.endswith(("/", os.sep)):  # `--history newh/` made a database file named newh
+        from .errors import HistoryError
+
+        raise HistoryError(f"history {value}: the name ends in '/', a folder's; give the database's file name")
     return sqlite_url(os.path.abspath(os.path.expanduser(value)))
 
 

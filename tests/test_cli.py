@@ -381,6 +381,11 @@ def test_a_history_path_names_its_file_exactly(capsys, env, populated_history, m
         shutil.copy(path, folder / name)
         assert main(["history", "show", key, "--history", str(folder / name), "--json"]) == 0
         assert len(json.loads(capsys.readouterr().out)["records"]) == 3
+    assert main(["history", "export", "--history", path, "~/e.json"]) == 0  # it wrote ./~/e.json
+    assert (Path(os.environ["HOME"]) / "e.json").exists() and not (env / "~").exists()
+    _user_error(capsys, ["history", "export", "--history", path, "newe/"], contains=("ends in '/', a folder's",))
+    _user_error(capsys, ["history", "import", "--history", "newh/", "~/e.json"], contains=("ends in '/', a folder's",))
+    assert not (env / "newe").exists() and not (env / "newh").exists()
     assert main(["history", "export", "--history", path, str(env / "e.json")]) == 0
     assert main(["history", "import", "--history", str(folder / "new?x=1.db"), str(env / "e.json")]) == 0
     capsys.readouterr()
