@@ -76,7 +76,10 @@ def format_text(info: dict[str, Any]) -> str:
         rows.append(("", hist["error"] if not hist["exists"] else f"cannot read: {hist['error']}"))
     elif hist["exists"]:
         rows.append(("", f"{hist['workloads']} layers, {hist['records']} records, {hist['runs']} runs, targets: {', '.join(hist['targets']) or '-'}"))
-    rows.append(("mlflow", info["mlflow_tracking_uri"]))
+    from autotune.history.location import sqlite_file
+
+    store = sqlite_file(info["mlflow_tracking_uri"])  # the file as named, not percent-encoded as in the URI
+    rows.append(("mlflow", str(store) if store is not None else info["mlflow_tracking_uri"]))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
