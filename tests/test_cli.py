@@ -428,12 +428,14 @@ def test_outputs_land_where_named_however_they_are_named(capsys, env, dyn_model,
     _user_error(capsys, ["compile", dyn_model, *shape, "-o", f"long/{'é' * 130}.so"], contains=("the name is 263 bytes",))
     elsewhere = Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else env / "elsewhere"
     target = Path(tempfile.mkdtemp(dir=elsewhere)) / "old.so"
-    target.write_bytes(b"old")
-    (env / "links").mkdir()
-    (env / "links" / "out.so").symlink_to(target)
-    assert main(["compile", dyn_model, *shape, "-o", "links/out.so"]) == 0  # the link is replaced, its target kept
-    assert not (env / "links" / "out.so").is_symlink() and target.read_bytes() == b"old"
-    shutil.rmtree(target.parent)
+    try:
+        target.write_bytes(b"old")
+        (env / "links").mkdir()
+        (env / "links" / "out.so").symlink_to(target)
+        assert main(["compile", dyn_model, *shape, "-o", "links/out.so"]) == 0  # the link is replaced, its target kept
+        assert not (env / "links" / "out.so").is_symlink() and target.read_bytes() == b"old"
+    finally:  # /dev/shm outlives the test's tmp folder
+        shutil.rmtree(target.parent)
     (env / "latest.so").symlink_to("links/out.so")
     capsys.readouterr()
     assert main(["run", "latest.so", "--repeat", "1"]) == 0  # its description is the target's
