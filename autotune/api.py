@@ -197,7 +197,8 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
     try:
         with tracker:
             report = session.tune_model(loaded)
-            report_dir = Path(out_dir) if out_dir is not None else run_dir(session.run_id)
+            # absolute: a dashboard reading it from elsewhere got "runs/x"
+            report_dir = Path(os.path.abspath(out_dir)) if out_dir is not None else run_dir(session.run_id)
             report["mlflow_run_id"] = tracker.run_id
             report["report_dir"] = str(report_dir)
             if out_dir is not None:

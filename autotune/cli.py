@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("file", nargs="?", help="output JSON file, or - for stdout")
     out.add_argument("--out", "-o", help="the same, as an option")
     _history_arg(h)
+    _json_arg(h)
     h.set_defaults(func=cmd_history_export)
     h = hsub.add_parser(
         "rm", aliases=["remove"], help="remove tuning runs and every record they wrote",
@@ -258,7 +259,9 @@ def cmd_tune(args) -> int:
         repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=args.rpc, run_timeout=args.run_timeout,
     )
     if args.json:
-        print(json.dumps({"event": "report", **report}, default=str))
+        # the table's figures (share of the measured time, GFLOP/s, roofline) beside the
+        # layers, as `report --json` gives them: the run's own JSON left them out
+        print(json.dumps({"event": "report", **report, "rows": reporting.summary_rows(report)}, default=str))
     else:
         print(reporting.format_table(report))
         if report.get("history_note"):
@@ -383,7 +386,12 @@ def cmd_run(args) -> int:
                       f"evaluator's own {f['reference_max_abs_error']:.3g} off (allowed: {f['allowed_factor']:g}x that)")
         if "saved_outputs" in result:
             print(f"outputs written to {result['saved_outputs']}")
-    return 0 if result.get("check", {}).get("ok", True) else 1
+    check = result.get("check", {})
+    if not check.get("ok", True):  # a CI log that keeps standard error alone said nothing of why
+        print(f"autotune: check failed: outputs differ from the ONNX reference (max abs error {check.get('max_abs_error')})",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_info(args) -> int:
@@ -602,6 +610,11 @@ def cmd_history_show(args) -> int:
     check_count(args.limit, "limit")
     with open_history(args.history, create=False, readonly=True) as store:
         key = _resolve_key(store, args.key)
+        known = [t.key for t in store.targets()]
+        if args.target is not None and args.target not in known:  # a typo read as "no records"
+            from autotune.errors import AutotuneError
+
+            raise AutotuneError(f"history holds no target {args.target!r}; it holds {', '.join(known) or 'none'}")
         recs = store.records(workload_key=key, target_key=args.target, status=args.status)
         w = store.workload(key)
     held = len(recs)
@@ -650,9 +663,15 @@ def cmd_history_export(args) -> int:
     from autotune.history import export_json, open_history
 
     path = args.out or args.file
+    if path == "-" and args.json:
+        from autotune.errors import AutotuneError
+
+        raise AutotuneError("--json with - : the export itself is the JSON on standard output")
     with open_history(args.history, create=False, readonly=True) as store:
         n = export_json(store, sys.stdout if path == "-" else path)
-    if path != "-":
+    if args.json:
+        print(json.dumps({"records": n, "out": os.path.abspath(os.path.expanduser(path))}))
+    elif path != "-":
         print(f"exported {n} records to {path}")
     return 0
 
@@ -819,8 +838,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         args.cli_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if not getattr(args, "func", None):
-        getattr(args, "help_of", parser).print_help()
+    if not getattr(args, "func", None):  # a usage error: its help goes to standard error, not into a script's data
+        getattr(args, "help_of", parser).print_help(sys.stderr)
         return EXIT_USAGE
     from autotune.errors import stopping_on_sigterm, terminated
 

@@ -453,9 +453,19 @@ def test_outputs_land_where_named_however_they_are_named(capsys, env, dyn_model,
 
 
 def test_history_show_unknown_key(capsys, populated_history):
-    path, _ = populated_history
+    path, key = populated_history
     _user_error(capsys, ["history", "show", "zzzz", "--history", path], contains=("'zzzz'",))
     _user_error(capsys, ["history", "best", "zzzz", "--history", path], contains=("'zzzz'",))
+    # a mistyped --target read as "no records", exit 0
+    _user_error(capsys, ["history", "show", key, "--history", path, "--target", "nosuch", "--json"],
+                contains=("no target 'nosuch'; it holds llvm:znver3:cpu",))
+
+
+def test_history_export_says_what_it_wrote_in_json(capsys, env, populated_history):
+    path, _ = populated_history
+    assert main(["history", "export", "--history", path, "e.json", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"records": 3, "out": str(env / "e.json")}
+    _user_error(capsys, ["history", "export", "--history", path, "-", "--json"], contains=("the export itself is the JSON",))
 
 
 def test_a_layer_name_two_workloads_share_lists_their_shapes(capsys, populated_history):
@@ -1024,15 +1034,17 @@ def test_help_lists_subcommands(capsys):
 
 
 def test_no_command_prints_help_and_exits_2(capsys):
+    """On standard error: exiting 2, the help was a script's captured data on stdout."""
     assert main([]) == 2
-    assert "usage: autotune" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "usage: autotune" in err and out == ""
 
 
 @pytest.mark.parametrize("command, actions", [("zoo", ["list", "export"]), ("history", ["ls", "show", "best", "export", "import"])])
 def test_command_without_action_prints_its_own_help(capsys, command, actions):
     assert main([command]) == 2
-    out = capsys.readouterr().out
-    assert out.startswith(f"usage: autotune {command} ")
+    stdout, out = capsys.readouterr()
+    assert stdout == "" and out.startswith(f"usage: autotune {command} ")
     for action in actions:
         assert f"    {action} " in out, action
 
@@ -1489,7 +1501,10 @@ def test_a_check_whose_output_shapes_differ_names_both(capsys, env, dyn_model):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(env / "relu.onnx"))
     capsys.readouterr()
     assert main(["run", "m.so", "--check", "relu.onnx", "--repeat", "1"]) == 1
-    assert "outputs off: y (shape 2x4, the reference's 2x8)" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "outputs off: y (shape 2x4, the reference's 2x8)" in out
+    # and one line on standard error: a CI log that keeps it alone said nothing of why
+    assert err.strip().splitlines() == ["autotune: check failed: outputs differ from the ONNX reference (max abs error inf)"]
     assert main(["run", "m.so", "--check", "relu.onnx", "--repeat", "1", "--json"]) == 1
     (y,) = json.loads(capsys.readouterr().out)["check"]["outputs"]
     assert (y["shape"], y["reference_shape"], y["matched"]) == ([2, 4], [2, 8], False)

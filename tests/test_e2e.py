@@ -7,6 +7,7 @@ a real MLflow store, a real ONNX model.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,10 @@ def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsy
     (line,) = capsys.readouterr().out.strip().splitlines()  # --quiet: the report, no progress events
     report = json.loads(line)
     assert report["event"] == "report"
+    # the table's figures too, as `report --json` gives them (share, GFLOP/s, roofline)
+    assert [r["name"] for r in report["rows"]] == [l["name"] for l in report["layers"]]
+    assert all({"share", "gflops", "roofline_fraction"} <= set(r) for r in report["rows"])
+    assert os.path.isabs(report["report_dir"])
     # not timed, and said so by null (the keys were missing: a reader's KeyError)
     assert report["model_latency_before"] is None and report["model_latency_after"] is None
     # every option as given, to make the run again (the seed, repeat and batch were nowhere)
