@@ -320,7 +320,11 @@ class TuneSession:
                 self.reporter.layer_budget(name, p.allotted)
                 report["schedule"].append([name, n])
                 measured = self._advance(open_[name], p, n)
-                p.allotted -= schedule.refund(n - measured)  # passed on to other layers, if the split does
+                refunded = schedule.refund(n - measured)  # passed on to other layers, if the split does
+                p.allotted -= refunded
+                # the trials the chunk kept: [mean, 19] had been logged for a layer that ran
+                # out of configs after 3, and the schedule summed past the budget spent
+                report["schedule"][-1][1] = n - refunded
                 open_[name].out["budget"] = p.allotted
                 open_[name].out["probe"] = p.probed  # its first chunk was one trial (budget.AdaptiveSchedule.is_probe)
                 for other in list(open_):

@@ -942,3 +942,22 @@ def test_a_tune_stopped_after_its_layers_before_its_report_is_no_finished_run(tm
         (run,) = store.runs()
     assert run["status"] == "killed" and run["n_records"] > 0
     assert not (tmp_path / "run" / "report.json").exists()
+
+
+def test_the_schedule_logs_the_trials_each_chunk_kept(tmp_path, capsys):
+    """A layer that ran out of new configs hands the rest of its chunk back: the log had
+    the chunk as given ([mean, 1], [mean, 19] for a layer that spent 4 of 20), summing
+    past what was spent."""
+    graph = helper.make_graph([helper.make_node("GlobalAveragePool", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512, 1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512, 1, 1])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "gap.onnx"))
+    tune = ["tune", str(tmp_path / "gap.onnx"), "--target", "llvm", "--trials", "20", "--history", str(tmp_path / "h.db"),
+            "--no-mlflow", "--quiet", "--json", "--no-model-latency"]
+    assert main([*tune, "--out-dir", str(tmp_path / "run1")]) == 0
+    # again, tuning on (--min-trials past what the first measured): few new configs are left
+    assert main([*tune, "--min-trials", "30", "--out-dir", str(tmp_path / "run2")]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (layer,) = report["layers"]
+    assert 0 < layer["trials"] < 20, layer  # the space ran out before the budget
+    assert sum(n for _, n in report["schedule"]) == layer["trials"] == layer["budget"], report["schedule"]
