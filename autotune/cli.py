@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--high", type=float, default=0.8, help="match score from which the guided GA is used (default 0.8)")
     p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tuners' own draws (default 0); which configs a tuner "
-                   "that learns from measurements proposes also follows the timings, which vary from run to run")
+                   "that learns from measurements proposes also follows the timings, which vary from run to run, and so "
+                   "does which layer the adaptive budget split gives trials next (--budget-split roofline does not)")
     p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate; the median is kept (default 5)")
     p.add_argument("--min-repeat-ms", type=int, default=20, metavar="MS",
                    help="each repeat calls the kernel until it has run this long (default 20)")

@@ -223,6 +223,9 @@ class TuneSession:
             tunable = [l for l in tunable if l.name in reused or l.name in chosen]
         if pending:
             self.measurer()  # its build workers start now, while tracking and history get ready
+        if len(pending) > 1 and opts.min_trials > opts.trials:  # it ran without a word, one layer tuned
+            self.reporter.message(f"note: --min-trials {opts.min_trials} is more than the {opts.trials} trials: one "
+                                  f"layer's first chunk may take them all, leaving the other {len(pending) - 1} untuned")
         progress = {
             l.name: LayerProgress(l.name, l.occurrences, l.flops, l.op_class, roofline_seconds(l, peaks.peak_flops, peaks.peak_bw))
             for l in pending

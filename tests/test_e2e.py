@@ -961,3 +961,13 @@ def test_the_schedule_logs_the_trials_each_chunk_kept(tmp_path, capsys):
     (layer,) = report["layers"]
     assert 0 < layer["trials"] < 20, layer  # the space ran out before the budget
     assert sum(n for _, n in report["schedule"]) == layer["trials"] == layer["budget"], report["schedule"]
+
+
+def test_a_minimum_past_the_budget_is_said(tmp_path, capsys):
+    """--min-trials above --trials ran without a word, every layer but one untuned."""
+    model = _small_cnn(tmp_path / "cnn.onnx")
+    assert main(["tune", str(model), "--target", "llvm", "--trials", "2", "--min-trials", "8", "--history",
+                 str(tmp_path / "h.db"), "--no-mlflow", "--json", "--no-model-latency", "--no-verify",
+                 "--out-dir", str(tmp_path / "run")]) == 0
+    said = [e["text"] for e in map(json.loads, capsys.readouterr().out.splitlines()) if e.get("event") == "message"]
+    assert any(t.startswith("note: --min-trials 8 is more than the 2 trials") for t in said), said
