@@ -538,8 +538,10 @@ def test_history_show_and_best(capsys, populated_history):
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[:3] == ["record", "status", "latency"] and lines[1].endswith("(the last 2 of 3; --limit shows more)")
     assert len(lines) == 4
-    assert main(["history", "show", key[:6], "--history", path, "--target", "cuda:x"]) == 0
-    assert capsys.readouterr().out.splitlines()[1:] == ["no records of --target cuda:x"]
+    assert main(["history", "show", key[:6], "--history", path, "--status", "timeout"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["no records of --status timeout"]
+    # a target history does not hold at all is a mistyped one, said as such
+    _user_error(capsys, ["history", "show", key[:6], "--history", path, "--target", "cuda:x"], contains=("no target 'cuda:x'",))
     assert main(["history", "best", key[:6], "--history", path, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)
     assert len(best) == 1 and best[0]["config"] == {"i": 0}
