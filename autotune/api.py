@@ -143,7 +143,7 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
           batch_size, progress, **options) -> dict[str, Any]:
     """:func:`tune`, its stop by SIGTERM arranged."""
     from autotune.progress import make_reporter
-    from autotune.report import run_dir
+    from autotune.report import run_dir, runs_root
     from autotune.tracking import Tracker, finish_with_report
     from autotune.tune import TuneSession, ensure_measurable, load_layers
     from autotune.history import open_history
@@ -179,7 +179,7 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
     if out_dir is not None:
         out_dir = check_output_dir(out_dir)
     else:  # the default, under AUTOTUNE_HOME, too: a read-only one failed only after the tune
-        runs = run_dir("run").parent
+        runs = runs_root()
         try:
             check_output_dir(runs)
         except AutotuneError as err:
@@ -507,7 +507,6 @@ def _zoo_model_for(name: str, shapes: dict[str, tuple[int, ...]]):
     tries: list[tuple[int | None, int | None]] = [(None, None)]
     if len(first) >= 2:
         tries.append((int(first[-1]), int(first[0])))
-    model = None
     for size, batch in tries:
         try:
             model = load_model(name, size=size, batch_size=batch)

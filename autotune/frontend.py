@@ -421,7 +421,6 @@ def _set_input_dims(proto, shapes: dict[str, tuple[int, ...]]):
 
 def to_relax(spec: ModelSpec):
     """Import into Relax with weights bound as constants (they travel in the export)."""
-    from tvm.relax.frontend.onnx import from_onnx
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     from autotune.errors import keep_interrupts_through_tvm
@@ -440,15 +439,16 @@ def to_relax(spec: ModelSpec):
             f"{spec.source}: ONNX op(s) not supported by TVM's ONNX frontend: {', '.join(missing)}"
         )
     opset = max((o.version for o in spec.proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
-    printed = io.StringIO()  # the frontend prints which operator failed, on standard output
     with _TVM_IMPORT_LOCK:
-        return _from_onnx(spec, proto, opset, printed, from_onnx)
+        return _from_onnx(spec, proto, opset)
 
 
-def _from_onnx(spec: ModelSpec, proto, opset, printed: io.StringIO, from_onnx):
+def _from_onnx(spec: ModelSpec, proto, opset):
     """TVM's import, its printing kept for the message a failure is owed."""
     import tvm
+    from tvm.relax.frontend.onnx import from_onnx
 
+    printed = io.StringIO()  # the frontend prints which operator failed, on standard output
     try:
         with contextlib.redirect_stdout(printed):
             mod = from_onnx(

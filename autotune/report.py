@@ -33,11 +33,16 @@ ARTIFACT_NAMES = (REPORT_JSON, REPORT_CSV, CONVERGENCE_PNG, LAYERS_TXT)
 REPORT_ELSEWHERE = "report_dir.txt"
 
 
-def run_dir(run_id: str) -> Path:
-    """Where ``tune`` writes a run's report unless told otherwise, and where ``report`` looks first."""
+def runs_root() -> Path:
+    """The folder every run's default report folder is in."""
     from autotune.history.location import autotune_home
 
-    return Path(autotune_home()) / "runs" / run_id
+    return Path(autotune_home()) / "runs"
+
+
+def run_dir(run_id: str) -> Path:
+    """Where ``tune`` writes a run's report unless told otherwise, and where ``report`` looks first."""
+    return runs_root() / run_id
 
 
 def remember_report_dir(run_id: str, report_dir: str | os.PathLike[str]) -> None:
