@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 #: How many of the best candidates to try verifying before giving up on a layer.
 VERIFY_CANDIDATES = 3
 
+#: Share of the match score's feature weight spread evenly, whatever the cost models
+#: learned (see ``TuneSession._importance``).
+IMPORTANCE_FLOOR = 0.5
+
 
 @dataclass
 class TuneOptions:
@@ -471,7 +475,7 @@ class TuneSession:
 
         opts = self.options
         m = match(
-            self.store, layer.workload_info(), self.target.key, weights=self._importance(layer.op_class),
+            self.store, layer.workload_info(), self.target.key, weights=self._importance(layer),
             space_id=space.space_id, summary=summary, min_trials=self._tuned_at(space), exclude=exclude,
         )
         return m, dispatch.choose(m.score, m.exact and not tuning, override=opts.tuner, high=opts.high, low=opts.low)
@@ -679,13 +683,33 @@ class TuneSession:
     def _importance_key(self, op_class: str) -> str:
         return f"importance:{self.target.kind}:{op_class}"
 
-    def _importance(self, op_class: str) -> list[float] | None:
+    def _importance(self, layer) -> list[float] | None:
         """Layer-feature weights for the match score: the cost models' split-count
-        importances, smoothed across retrainings and across runs (kept in history)."""
+        importances, smoothed across retrainings and across runs (kept in history), with
+        ``IMPORTANCE_FLOOR`` of the weight spread evenly over every feature.
+
+        The floor is there because one cost model's splits can sit on a single feature:
+        with all weight on log2 FLOPs, ResNet-18's 7x7 stride-2 stem scored 0.96 against
+        its 3x3 convs and went to the guided GA, seeded from configs of another shape.
+        Importance reweighs the features; it never makes a kernel size or a stride count
+        for nothing. A stored vector of another length (another feature set) is ignored."""
+        import json
+
+        text = self.store.get_meta(self._importance_key(layer.op_class))
+        learned = json.loads(text) if text else None
+        n = len(layer.features())
+        if not learned or len(learned) != n:
+            return None
+        return [IMPORTANCE_FLOOR / n + (1 - IMPORTANCE_FLOOR) * float(w) for w in learned]
+
+    def _learned_importance(self, op_class: str, n: int) -> list[float]:
+        """The smoothed importances as stored, or the uniform prior a first model's are
+        blended into (a first model alone had the last word, and its collapse stayed)."""
         import json
 
         text = self.store.get_meta(self._importance_key(op_class))
-        return json.loads(text) if text else None
+        old = json.loads(text) if text else None
+        return [float(w) for w in old] if old is not None and len(old) == n else [1.0 / n] * n
 
     def _learn_importance(self, layer, tuner, decay: float = 0.7) -> None:
         import json
@@ -697,11 +721,9 @@ class TuneSession:
             return
         n = len(layer.features())
         fresh = importance_weights(raw, n)
-        old = self._importance(layer.op_class)
-        if old is not None and len(old) == n:
-            fresh = [decay * o + (1 - decay) * f for o, f in zip(old, fresh)]
-        total = sum(fresh) or 1.0
-        self.store.set_meta(self._importance_key(layer.op_class), json.dumps([float(w) / total for w in fresh]))
+        blended = [decay * o + (1 - decay) * f for o, f in zip(self._learned_importance(layer.op_class, n), fresh)]
+        total = sum(blended) or 1.0
+        self.store.set_meta(self._importance_key(layer.op_class), json.dumps([float(w) / total for w in blended]))
 
     def _exact_hit(self, layer) -> bool:
         from autotune.history.match import exact_hit
