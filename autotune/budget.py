@@ -224,9 +224,9 @@ class AdaptiveSchedule:
 
     def is_probe(self, layer: LayerProgress) -> bool:
         """Whether the layer's first chunk is a probe: history covers it closely (a match
-        at ``probe_at`` or above: the guided GA's, whose first proposal is the mapped
-        winner of the near-twin layer), so one trial is expected to do most of what a
-        first chunk does. ResNet-18's residual blocks come in pairs of such twins (the
+        at ``probe_at`` or above: the guided GA's), so one trial, the closest source
+        layer's winner mapped (``TuneSession._probe_config``), is expected to do most of
+        what a first chunk does. ResNet-18's residual blocks come in pairs of such twins (the
         same convolution, one with the residual add fused): a 24-trial tune at 32x32
         left two of them at TVM's default, 10x and 20x slower than the twin tuned beside
         them; tuned later with four trials each, the guided GA's first trial was its best

@@ -577,8 +577,12 @@ class TuneSession:
         opts = self.options
         layer, out = run.layer, run.out
         done, invalid = 0, 0
+        lead = self._probe_config(run, progress)
         while done < trials and invalid < 20 * max(trials, 1):
-            configs = run.tuner.ask(min(opts.batch, trials - done))
+            if lead is not None:
+                configs, lead = [lead], None
+            else:
+                configs = run.tuner.ask(min(opts.batch, trials - done))
             if not configs:
                 break
             results, n_measured = self._measure(layer, run.space, configs, run.tuner_name)
@@ -610,6 +614,17 @@ class TuneSession:
             progress.exhausted = True
             out["exhausted"] = True  # its tuner had no new config left: the caption says why trials went unused
         return done
+
+    @staticmethod
+    def _probe_config(run: "_LayerTuning", progress: LayerProgress):
+        """What a probe measures: the closest source layer's winner, mapped (the guided
+        GA's :meth:`~autotune.search.ga_tuner.GuidedGATuner.closest_winner`), or None
+        for the tuner's own first proposal. Only a probe's one trial, so a layer is
+        otherwise searched as the benchmarks search it."""
+        if not progress.probed or progress.allotted != 1 or run.out["curve"]:
+            return None
+        closest = getattr(run.tuner, "closest_winner", None)
+        return closest() if closest is not None else None
 
     def _note_transfer_share(self, run: "_LayerTuning") -> None:
         """What the guided GA took from transfer XGBoost: how many of its first

@@ -609,6 +609,13 @@ def test_the_twin_of_a_tuned_layer_is_probed_with_one_trial(tmp_path, capsys):
     assert twin["history_records"]["nearest_similarity"] == round(twin["match_score"], 3)
     assert twin["curve"][0][1] < twin["default_latency"] / 2 and twin["probe"] is True
     assert sum(layer["trials"] for layer in report["layers"]) == 6
+    # the probe measured the first conv's winner (the same knobs here), not another of its configs
+    with open_history(str(tmp_path / "h0.db"), readonly=True) as store:
+        def measured(name: str) -> list:
+            return sorted((r for r in store.records(workload_key=layers[name]["workload_key"]) if r.tuner in ("xgb", "gga")),
+                          key=lambda r: r.id)
+        winner = min((r for r in measured(first_name) if r.ok), key=lambda r: r.latency_median)
+        assert measured(twin_name)[0].config == winner.config
 
     # The next tune on that history: the first conv (4 trials or more, --min-trials) is
     # reused as it is; the twin, measured fewer times, is tuned on from where it stopped

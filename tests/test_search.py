@@ -1271,3 +1271,19 @@ def test_transfer_xgb_inspection_matches_what_it_proposes(target, similar_priors
     assert 8 <= len(first) <= 16 and len({config_to_json(c) for c in first}) == len(first)
     opening = {config_to_json(c) for c in tuner.ask(8)}
     assert opening & {config_to_json(c) for c in first}
+
+
+def test_gga_names_the_closest_sources_winner_for_a_probe():
+    """A one-trial probe (``autotune tune``) stands for what history's closest layer says
+    this one costs. The first population's order is a ranker's across sources, and its
+    first config is not the twin's winner here; :meth:`closest_winner` is, until measured."""
+    space, priors = _two_source_history()
+    twin = history_of(MatmulSpace(64, 64, 64), "twin", seed=5, n_top=1, n_good=2, n_random=5)
+    winner = min((r for r in twin if r.latency is not None), key=lambda r: r.latency)
+    tuner = GuidedGATuner(space, seed=0, priors=priors + twin, layer_features=space.layer_features)
+    lead = tuner.closest_winner()
+    assert config_to_json(lead) == config_to_json(winner.config)
+    assert config_to_json(tuner.ask(1)[0]) != config_to_json(lead)  # why a probe asks for it by name
+    tuner.tell(SynthBench(space).measure([lead]))
+    assert tuner.closest_winner() is None  # never measured twice
+    assert GuidedGATuner(space, seed=0, layer_features=space.layer_features).closest_winner() is None  # no history
