@@ -706,6 +706,10 @@ def cmd_history_import(args) -> int:
     runs = f", {n_runs} run{'s' if n_runs != 1 else ''}" if n_runs else ""
     print(json.dumps(counts) if args.json else f"imported {counts.get('added', 0)} records ({counts.get('skipped', 0)} already present){runs}")
     if not args.json:
+        if unknown := counts.get("runs_unknown", 0):
+            print(f"  note: its records name {unknown} run{'s' if unknown != 1 else ''} neither {name} nor history holds (a file "
+                  "exported before 2026-11-27 carries none): `history runs` and `history rm` cannot show "
+                  f"{'them' if unknown != 1 else 'it'}, and compile cannot say which --batch-norm layering they were tuned with")
         for line in counts.get("versions_differ", []):
             print(f"  note: {line}; history keeps one version per target, the first it knew, so its records are filed under it")
     return 0

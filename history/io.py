@@ -538,6 +538,14 @@ def import_json(
             conn.execute(insert(r), fresh[start:start + _INSERT_BATCH])
         counts["added"] = len(fresh)
         counts["runs_added"] = _import_runs(store, conn, name, export.runs)
+    # A file exported before runs travelled (2026-11-27) carries none: its records came
+    # in, and `history runs`, `history rm` and compile's batch-norm hint knew nothing of
+    # them, unsaid.
+    named = {values["run_id"] for values in fresh if values.get("run_id")}
+    if named:
+        unknown = named - {run["run_id"] for run in store.runs()}
+        if unknown:
+            counts["runs_unknown"] = len(unknown)
     return counts
 
 
