@@ -809,9 +809,9 @@ def cmd_report(args) -> int:
         else:
             paths = reporting.write_artifacts(data, out_dir)
     if args.json:
-        # the run's own figures (model latency before and after, measuring time...) beside its rows
-        head = {k: v for k, v in data.items() if k != "layers"}
-        print(json.dumps({**head, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths],
+        # the run's report as tune --json gave it (each layer's match, records drawn on and
+        # curve were left out, read only in report.json), with the table's rows beside it
+        print(json.dumps({**data, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths],
                           **({"files_not_written": unwritten} if unwritten else {})}, default=str))
     else:
         print(reporting.format_table(data))

@@ -519,6 +519,8 @@ def test_report_command_reprints_a_run(tuned, workdir, capsys):
     assert main(["report", str(workdir / "run"), "--out-dir", str(workdir / "rep1"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {r["name"] for r in out["rows"]} == {l["name"] for l in report["layers"]}
+    # each layer as the run's report.json holds it: its match, what it drew on, its curve
+    assert json.loads(json.dumps(report["layers"], default=str)) == out["layers"]
     assert (workdir / "rep1" / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # by MLflow run id, read back through the tracking store
     assert main(["report", report["mlflow_run_id"], "--mlflow-uri", f"sqlite:///{mlruns}", "--out-dir", str(workdir / "rep2")]) == 0
@@ -978,3 +980,57 @@ def test_a_minimum_past_the_budget_is_said(tmp_path, capsys):
                  "--out-dir", str(tmp_path / "run")]) == 0
     said = [e["text"] for e in map(json.loads, capsys.readouterr().out.splitlines()) if e.get("event") == "message"]
     assert any(t.startswith("note: --min-trials 8 is more than the 2 trials") for t in said), said
+
+
+def _two_dense(path: Path) -> Path:
+    """``relu(x @ W1) @ W2`` with a free batch dimension: two layers."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 128)) * 0.1).astype("float32"), "W1"),
+             numpy_helper.from_array((rng.standard_normal((128, 32)) * 0.1).astype("float32"), "W2")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("MatMul", ["r", "W2"], ["y"])]
+    graph = helper.make_graph(nodes, "two_dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_layer_the_budget_misses_at_a_new_batch_shows_the_kernel_it_runs(tmp_path, capsys):
+    """Tuned at batch 1, then a short tune at batch 8: the layers the budget did not reach
+    read TVM's default latency (1.00x, and a share of the model's time) while the timed
+    model and the export ran the batch-1 winner there. That winner is now timed at this
+    batch once, as TVM's default is, and the table shows the faster of the two."""
+    from autotune.compile import OTHER_BATCH
+    from autotune.report import format_table
+    from autotune.tune import OTHER_BATCH_TUNER
+
+    model, history = _two_dense(tmp_path / "two.onnx"), tmp_path / "h.db"
+
+    def tune(batch: int, trials: int) -> dict:
+        capsys.readouterr()
+        assert main(["tune", str(model), "--input-shape", f"x={batch}x64", "--target", "llvm", "--trials", str(trials),
+                     "--history", str(history), "--no-mlflow", "--quiet", "--json", "--no-model-latency",
+                     "--out-dir", str(tmp_path / f"run{batch}")]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    tune(1, 8)
+    report = tune(8, 1)
+    missed = [layer for layer in report["layers"] if layer["budget"] == 0]
+    assert len(missed) == 1 and missed[0]["trials"] == 0
+    (layer,) = missed
+    other = layer["other_batch"]
+    with open_history(str(history), readonly=True) as store:
+        at_8 = store.records(workload_key=layer["workload_key"])
+        (timed,) = [r for r in at_8 if r.tuner == OTHER_BATCH_TUNER]
+        (source,) = [r for r in store.records() if r.id == other["record_id"]]
+    assert timed.ok and timed.latency_median == other["latency"] and timed.run_id == report["run_id"]
+    assert source.workload_key != layer["workload_key"]  # the same layer at batch 1
+    assert layer["best_latency"] == min(layer["default_latency"], other["latency"])
+    assert other["applied"] == (other["latency"] < layer["default_latency"])
+    row = [line for line in format_table(report).splitlines() if layer["name"] in line][0]
+    assert ("other batch's winner" in row) == other["applied"]
+    # compile now goes by this batch's own timings of the two: the faster is applied
+    assert main(["compile", str(model), "--input-shape", "x=8x64", "--target", "llvm", "--history", str(history),
+                 "-o", str(tmp_path / "m.so"), "--json"]) == 0
+    entry = json.loads(capsys.readouterr().out)["schedules"][layer["name"]]
+    assert entry["schedule"] == ("history" if other["applied"] else "default") != OTHER_BATCH
