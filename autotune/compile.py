@@ -139,24 +139,47 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
             continue
         if store is None:
             continue
-        others = _nearest_batches_first(store.best_at_other_batches(layer.workload_key, layer.batch_invariant_key, key), layer.flops)
-        for other, flops in others:
-            # batch_ratio: the other batch size over this one (their FLOPs' ratio)
-            found = {"record_id": other.id, "from_workload": other.workload_key,
-                     "batch_ratio": round(flops / layer.flops, 4) if layer.flops else None}
-            if other.space_id.startswith(DEFAULT_SPACE_PREFIX):
-                entry.update(found, note="the same layer's winner at the nearest batch size is TVM's default")
-                break
-            func = _mapped(space(), other)
-            if func is not None:
-                mod.update_func(mod.get_global_var(layer.name), func)
-                entry.update(found, schedule=OTHER_BATCH,
-                             measured_configs=store.count_measured(other.workload_key, key, space_id=other.space_id))
-                break
-        else:
-            if others:
-                entry["note"] = "no winner of the same layer at another batch size fits this shape"
+        other = winner_at_other_batch(store, layer, key, space)
+        if other is None:
+            continue
+        if other.record is None:
+            entry["note"] = "no winner of the same layer at another batch size fits this shape"
+            continue
+        # batch_ratio: the other batch size over this one (their FLOPs' ratio)
+        entry.update({"record_id": other.record.id, "from_workload": other.record.workload_key, "batch_ratio": other.batch_ratio})
+        if other.config is None:
+            entry["note"] = "the same layer's winner at the nearest batch size is TVM's default"
+            continue
+        mod.update_func(mod.get_global_var(layer.name), _scheduled_as_history(space().apply(other.config)["main"]))
+        entry.update(schedule=OTHER_BATCH,
+                     measured_configs=store.count_measured(other.record.workload_key, key, space_id=other.record.space_id))
     return mod, applied
+
+
+@dataclass
+class OtherBatchWinner:
+    """The same layer's winner at the nearest batch size whose config fits this shape
+    (``config``, mapped onto it), or its TVM default there (``config`` None); ``record``
+    None where history holds the layer at other batch sizes but no winner fits."""
+
+    record: Any
+    batch_ratio: float | None
+    config: dict | None
+
+
+def winner_at_other_batch(store, layer, target_key: str, space) -> OtherBatchWinner | None:
+    """What ``compile`` applies to a layer history holds only TVM's default timing for at
+    this batch size; None where history holds the layer at no other batch size.
+    ``space``: a callable giving the layer's knob space (made only when needed)."""
+    others = _nearest_batches_first(store.best_at_other_batches(layer.workload_key, layer.batch_invariant_key, target_key), layer.flops)
+    for other, flops in others:
+        ratio = round(flops / layer.flops, 4) if layer.flops else None
+        if other.space_id.startswith(DEFAULT_SPACE_PREFIX):
+            return OtherBatchWinner(other, ratio, None)
+        config = mapped_config(space(), other)
+        if config is not None:
+            return OtherBatchWinner(other, ratio, config)
+    return OtherBatchWinner(None, None, None) if others else None
 
 
 def _nearest_batches_first(found: list[tuple[Any, float]], flops: float) -> list[tuple[Any, float]]:
@@ -168,11 +191,11 @@ def _nearest_batches_first(found: list[tuple[Any, float]], flops: float) -> list
     return sorted(found, key=distance)
 
 
-def _mapped(space, record) -> Any:
+def mapped_config(space, record) -> dict | None:
     """``record``'s config, from the same layer at another batch size, put onto this
-    layer's candidates and applied: the batch spread over the outermost tiles
+    layer's candidates: the batch spread over the outermost tiles
     (:func:`batch_in_outer_tiles`), else each knob at its nearest candidate as the
-    guided tuners map history. The scheduled PrimFunc, or None where neither applies
+    guided tuners map history; the first that applies, or None where neither does
     (another knob space version, or what the space or the GPU checks refuse)."""
     from autotune.search.features import map_config
     from autotune.templates import InvalidConfig
@@ -183,11 +206,15 @@ def _mapped(space, record) -> Any:
         if config is None:
             continue
         try:
-            scheduled = space.apply(config)["main"]
+            space.apply(config)
         except InvalidConfig:
             continue
-        return scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+        return config
     return None
+
+
+def _scheduled_as_history(scheduled) -> Any:
+    return scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
 
 
 def batch_in_outer_tiles(space, config: dict) -> dict | None:
@@ -238,7 +265,7 @@ def _scheduled(space, record) -> tuple[Any, str | None]:
         scheduled = space.apply(record.config)["main"]
     except InvalidConfig as err:
         return None, f"history config no longer valid: {err}"
-    return scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True), None
+    return _scheduled_as_history(scheduled), None
 
 
 def build(mod, target: TargetSpec):

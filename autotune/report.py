@@ -98,6 +98,8 @@ COLUMNS = [
     "resumed",
     "rematched",
     "handed_over",
+    "nearest",
+    "other_batch",
     "best_latency_ms",
     "default_latency_ms",
     "speedup",
@@ -198,6 +200,10 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "resumed": int(layer.get("resumed") or 0),  # configs earlier runs measured of it
                 "rematched": _rematched(layer.get("rematched")),  # dispatched cold, matched again mid-tune
                 "handed_over": _handed_over(layer.get("handed_over")),  # the guided GA gave a shallow history's layer on
+                # what its match was taken from, where not features alike: "other batch", "same layer"
+                "nearest": _nearest_relation(layer.get("match")),
+                # no budget reached it; its winner at another batch size, timed here, is its best
+                "other_batch": bool(isinstance(layer.get("other_batch"), Mapping) and layer["other_batch"].get("applied")),
                 "best_latency_ms": None if best is None else best * 1e3,
                 "default_latency_ms": None if default is None else default * 1e3,
                 "speedup": speedup,
@@ -290,14 +296,28 @@ def _handed_over(info: Any) -> str | None:
     return f"{info['to']} after {info.get('after_configs')}"
 
 
+def _nearest_relation(match: Any) -> str | None:
+    """``"other batch"`` where the layer the match score was taken from is this one at
+    another batch size, else None: the table showed 0.95 and nothing said it was this
+    layer at batch 1. (A ``same layer`` relation is this layer's own records, on another
+    target or too few for reuse here: ``resumed at`` says the latter.)"""
+    neighbours = match.get("neighbours") if isinstance(match, Mapping) else None
+    first = neighbours[0] if isinstance(neighbours, list) and neighbours and isinstance(neighbours[0], Mapping) else {}
+    return "other batch" if first.get("relation") == "other batch" else None
+
+
 def _fmt_tuner(row: Mapping[str, Any]) -> str:
     """The tuner and why; a layer the budget did not reach says so rather than name the
     tuner it would have had."""
     if budget_ran_out(row):
-        return "- (no budget left)"
+        # its winner at another batch size, timed at this one (tune._time_other_batch_winners)
+        return "- (no budget left, other batch's winner)" if row.get("other_batch") else "- (no budget left)"
     resumed = f"resumed at {row['resumed']}" if row.get("resumed") else None
     handed = f"then {row['handed_over']}" if row.get("handed_over") else None
-    why = ", ".join(w for w in (row.get("dispatch"), "probe" if row.get("probe") else None, resumed, row.get("rematched"), handed) if w)
+    nearest = "from another batch size" if row.get("nearest") == "other batch" else None
+    # a probe is a one-trial first chunk; the layer may have had more trials since
+    probe = None if not row.get("probe") else "probe" if (row.get("trials") or 0) <= 1 else "probed first"
+    why = ", ".join(w for w in (row.get("dispatch"), nearest, probe, resumed, row.get("rematched"), handed) if w)
     return str(row["tuner"] or "-") + (f" ({why})" if why else "")
 
 

@@ -21,6 +21,7 @@ from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
 from autotune.processes import pid_alive
+from autotune.report import format_match
 from autotune.target import TargetSpec, float_lanes
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ VERIFY_CANDIDATES = 3
 #: Share of the match score's feature weight spread evenly, whatever the cost models
 #: learned (see ``TuneSession._importance``).
 IMPORTANCE_FLOOR = 0.5
+
+#: The tuner name of a record that times, at this batch size, the winner of the same layer
+#: at another batch size (``TuneSession._time_other_batch_winners``).
+OTHER_BATCH_TUNER = "other batch"
 
 
 @dataclass
@@ -339,9 +344,13 @@ class TuneSession:
                         outcomes[other] = self._close_layer(open_.pop(other))
             for name in list(open_):
                 outcomes[name] = self._close_layer(open_.pop(name))
-            for layer in pending:  # the budget did not reach it
-                if layer.name not in outcomes:
-                    outcomes[layer.name] = self._close_layer(self._open_layer(layer, progress[layer.name], reached=False))
+            # the budget did not reach these: matched (as history stood), then closed
+            unreached = {l.name: self._open_layer(l, progress[l.name], reached=False) for l in pending if l.name not in outcomes}
+            from_other_batch = self._time_other_batch_winners([run.layer for run in unreached.values()])
+            for name, run in unreached.items():
+                outcomes[name] = out = self._close_layer(run)
+                if name in from_other_batch:  # applied where it timed faster than TVM's default
+                    out["other_batch"] = dict(from_other_batch[name], applied=out.get("best_config") is not None)
             for layer in tunable:
                 outcome = outcomes[layer.name]
                 # what a roofline split went by; the table's share is of the measured time
@@ -568,7 +577,7 @@ class TuneSession:
         out.update(match_score=m.score, match=m.to_dict(), dispatch=decision.dispatch, tuner=decision.tuner)
         run.tuner_name = decision.tuner
         self.reporter.message(
-            f"{run.layer.name}: history now holds layers like it (match {m.score:.2f}); {decision.tuner} from trial {len(out['curve']) + 1}"
+            f"{run.layer.name}: history now holds layers like it (match {format_match(m.score)}); {decision.tuner} from trial {len(out['curve']) + 1}"
         )
 
     def _advance(self, run: "_LayerTuning", progress: LayerProgress, trials: int) -> int:
@@ -781,6 +790,33 @@ class TuneSession:
         )
         return res.latency
 
+    def _time_other_batch_winners(self, layers) -> dict[str, dict[str, Any]]:
+        """Time, once each, the winner at another batch size that ``compile`` applies to
+        a layer the budget did not reach and history holds only TVM's default for at
+        this batch (as for TVM's default, outside the budget). The table had shown such
+        a layer at its default's latency while the timed model and the export ran the
+        other batch's winner; timed here, the faster of the two is what the table shows
+        and ``compile`` applies. Returns, per layer timed, where its config came from."""
+        from autotune.compile import DEFAULT_SPACE_PREFIX, winner_at_other_batch
+
+        todo = []
+        for layer in layers:
+            own = self.store.records(workload_key=layer.workload_key, target_key=self.target.key)
+            if any(not r.space_id.startswith(DEFAULT_SPACE_PREFIX) for r in own):
+                continue
+            found = winner_at_other_batch(self.store, layer, self.target.key, lambda layer=layer: self._space(layer))
+            if found is not None and found.config is not None:
+                todo.append((layer, found))
+        if todo:
+            self.reporter.stage(f"timing the winner at another batch size of {len(todo)} layer{'s' if len(todo) != 1 else ''} "
+                                "the budget did not reach")
+        timed = {}
+        for layer, found in todo:
+            results, _ = self._measure(layer, self._space(layer), [found.config], OTHER_BATCH_TUNER)
+            timed[layer.name] = {"record_id": found.record.id, "batch_ratio": found.batch_ratio,
+                                 "latency": results[0].latency if results and results[0].ok else None}
+        return timed
+
     def _measure(self, layer, space, configs, tuner_name: str):
         """Apply, build and time a batch; every outcome is written to history at once."""
         from autotune.search.tuner import TrialResult
@@ -865,13 +901,13 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, 
     ``handover``: the trials after which the guided GA gives the layer to transfer
     XGBoost (0: never); said with its count, as a probe's one trial never gets there."""
     if depth["sources"] == 1:
-        held = (f"1 similar layer, at {depth['nearest_similarity']:.2f}, with {depth['nearest_configs']} measured "
+        held = (f"1 similar layer, at {format_match(depth['nearest_similarity'])}, with {depth['nearest_configs']} measured "
                 f"config{'' if depth['nearest_configs'] == 1 else 's'}")
         whose = "its"
     else:
         held = (f"{depth['sources']} similar layers with a median of {depth['per_source_median']:g} measured "
                 f"config{'' if depth['per_source_median'] == 1 else 's'} each "
-                f"(the most similar, at {depth['nearest_similarity']:.2f}, holds {depth['nearest_configs']})")
+                f"(the most similar, at {format_match(depth['nearest_similarity'])}, holds {depth['nearest_configs']})")
         whose = "their"
     if brief:
         return f"{layer_name}: history is shallow too, {held}"

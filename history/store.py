@@ -372,9 +372,13 @@ class HistoryStore:
             return self._get_or_create_target(conn, target)
 
     def register_workload(self, workload: WorkloadInfo) -> int:
-        """Id of the workload with this key, creating it if new; fills in features if missing."""
+        """Id of the workload with this key, creating it if new. Its features are the
+        ones given: a layer read by this version describes itself as this version
+        compares layers (since 2026-11-28 a layer's features leave its batch size out;
+        a workload stored at batch 4 before kept features that count it). An import
+        only fills in features that are missing."""
         with self._write("register workload") as conn:
-            return self._get_or_create_workload(conn, workload)
+            return self._workload_id_created(conn, workload, refresh_features=True)[0]
 
     def _get_or_create_target(self, conn: Connection, target: TargetInfo) -> int:
         return self._target_id_created(conn, target)[0]
@@ -413,10 +417,7 @@ class HistoryStore:
             conn.execute(update(t).where(t.c.id == row.id).values(**fill))
         return int(row.id), False
 
-    def _get_or_create_workload(self, conn: Connection, workload: WorkloadInfo) -> int:
-        return self._workload_id_created(conn, workload)[0]
-
-    def _workload_id_created(self, conn: Connection, workload: WorkloadInfo) -> tuple[int, bool]:
+    def _workload_id_created(self, conn: Connection, workload: WorkloadInfo, *, refresh_features: bool = False) -> tuple[int, bool]:
         w = schema.workloads
         _check_str("workload key", workload.key)
         _check_str("workload batch_invariant_key", workload.batch_invariant_key)
@@ -445,8 +446,13 @@ class HistoryStore:
                 return int(new_id), True
             except IntegrityError:
                 row = conn.execute(select(w.c.id, w.c.features_json).where(w.c.key == workload.key)).one()
-        if features and json.loads(row.features_json) == []:
+        stored = json.loads(row.features_json)
+        if features and (stored == [] or (refresh_features and stored != features)):
             conn.execute(update(w).where(w.c.id == row.id).values(features_json=features_json))
+            # features replaced by ones of the same length of text leave the table's state
+            # (see workloads) as it was: this handle reads them again; another reads them
+            # once the table next changes
+            self._workloads_read = None
         return int(row.id), False
 
     def _target_id(self, conn: Connection, key: str) -> int:
@@ -476,8 +482,9 @@ class HistoryStore:
         """All workloads (of one operator class), in registration order.
 
         Parsed once and read again only when the table has changed (rows are only ever
-        added, and a workload's empty features filled in, which the table's count, last
-        id and features' total length show, whoever wrote them): a tune matches its
+        added, and a workload's features filled in or replaced by a tune's register,
+        which the table's count, last id and features' total length show, whoever wrote
+        them, but for a replacement of the same length by another handle): a tune matches its
         layers against them after every chunk, and parsing 15,000 conv workloads' JSON
         each time took a second a match."""
         w = schema.workloads

@@ -154,9 +154,18 @@ def test_targets_and_workloads_round_trip(tmp_path: Path) -> None:
         assert store.register_workload(dataclasses.replace(CONV_B8, features=(8.0, 64.0))) == wid
         assert store.workload(CONV_B8.key).features == (8.0, 64.0)
         assert store.workloads()[0].features == (8.0, 64.0)  # features filled in: read again
-        # Stored features are not overwritten by later, different ones.
-        store.register_workload(dataclasses.replace(CONV_B8, features=(1.0,)))
-        assert store.workload(CONV_B8.key).features == (8.0, 64.0)
+        # A tune's register describes the layer as this version compares layers: its
+        # features replace stored ones (the batch left out since 2026-11-28) ...
+        store.register_workload(dataclasses.replace(CONV_B8, features=(1.0, 64.0)))
+        assert store.workload(CONV_B8.key).features == (1.0, 64.0)
+        assert store.workloads()[0].features == (1.0, 64.0)  # the same length of text: read again all the same
+        # ... and an import only fills in missing ones
+        doc = {"format": "autotune-history", "version": 1, "targets": [], "records": [], "workloads": [
+            {"key": CONV_B8.key, "batch_invariant_key": CONV_B8.batch_invariant_key, "op_class": CONV_B8.op_class,
+             "descriptor": dict(CONV_B8.descriptor), "flops": CONV_B8.flops, "features": [8.0, 64.0]}]}
+        import_json(store, doc)
+        assert store.workload(CONV_B8.key).features == (1.0, 64.0)
+        store.register_workload(dataclasses.replace(CONV_B8, features=(8.0, 64.0)))
         store.register_workload(CONV)
         store.register_workload(DENSE)
         assert store.workload(CONV.key) == CONV

@@ -211,6 +211,20 @@ def test_format_table_marks_a_probed_layer() -> None:
     text = format_table(report)
     assert "gga (guided, probe)" in text and "xgb (cold)" in text and "xgb (cold, probe)" not in text
     assert [r["probe"] for r in summary_rows(report)] == [True, False]
+    conv.update(budget=4, trials=4)  # the rest of its first chunk followed: "probe" read as if one trial was all
+    assert "gga (guided, probed first)" in format_table(report)
+
+
+def test_format_table_says_a_match_taken_from_the_same_layer_at_another_batch() -> None:
+    """The table showed 0.95 beside the guided GA, and only --json's neighbours said the
+    layer it was taken from was this one at another batch size."""
+    report = make_report()
+    conv, _ = report["layers"]
+    conv.update(budget=4, trials=4, dispatch="guided", tuner="gga",
+                match={"neighbours": [{"workload_key": "k", "name": "c", "similarity": 0.95, "relation": "other batch"}]})
+    assert "gga (guided, from another batch size)" in format_table(report)
+    conv["match"]["neighbours"][0]["relation"] = "features"
+    assert "gga (guided)" in format_table(report)
 
 
 def test_format_table_says_which_tuner_took_a_layer_over() -> None:
