@@ -484,7 +484,7 @@ def _run_layers(store) -> list[tuple[str, str, str]]:
 
 def cmd_history_runs(args) -> int:
     from autotune.layering_hint import run_layering
-    from autotune.tune import stale_run
+    from autotune.run_status import stale_run
     from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
@@ -735,7 +735,7 @@ def _check_import_references(location: str | None, export) -> None:
 
 
 def cmd_history_rm(args) -> int:
-    from autotune.tune import close_stale_runs, stale_run
+    from autotune.run_status import close_stale_runs, stale_run
     from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=args.dry_run) as store:

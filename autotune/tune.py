@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.budget import BUDGET_SPLITS, DEFAULT_MIN_TRIALS, LayerProgress, estimate_seconds, make_schedule, roofline_seconds
 from autotune.errors import INT64_MAX, AutotuneError, OptionError, check_choice, check_count, check_flag, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
+from autotune.feature_importance import LearnedImportance
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
-from autotune.processes import pid_alive
+from autotune.priors import priors_from_match
 from autotune.report import format_match
+from autotune.run_status import close_stale_runs, concurrent_runs, overlapping_runs
 from autotune.target import TargetSpec, float_lanes
 
 if TYPE_CHECKING:
@@ -30,10 +32,6 @@ if TYPE_CHECKING:
 
 #: How many of the best candidates to try verifying before giving up on a layer.
 VERIFY_CANDIDATES = 3
-
-#: Share of the match score's feature weight spread evenly, whatever the cost models
-#: learned (see ``TuneSession._importance``).
-IMPORTANCE_FLOOR = 0.5
 
 #: The tuner name of a record that times, at this batch size, the winner of the same layer
 #: at another batch size (``TuneSession._time_other_batch_winners``).
@@ -157,6 +155,7 @@ class TuneSession:
         self.tracker = tracker or Tracker.create(False)
         self.reporter = reporter or make_reporter("quiet")
         self.run_id = uuid.uuid4().hex[:12]
+        self.importance = LearnedImportance(store, target.kind)
         self._measurer = None
         self.spaces: dict[str, Any] = {}
         self.decomposition: list = []
@@ -484,7 +483,7 @@ class TuneSession:
 
         opts = self.options
         m = match(
-            self.store, layer.workload_info(), self.target.key, weights=self._importance(layer),
+            self.store, layer.workload_info(), self.target.key, weights=self.importance.weights(layer),
             space_id=space.space_id, summary=summary, min_trials=self._tuned_at(space), exclude=exclude,
         )
         return m, dispatch.choose(m.score, m.exact and not tuning, override=opts.tuner, high=opts.high, low=opts.low)
@@ -618,7 +617,7 @@ class TuneSession:
         run.invalid += invalid
         # What the layer's cost model learned weighs the next layer's match at once: with
         # layers tuned by turns none is closed until the budget is spent.
-        self._learn_importance(layer, run.tuner)
+        self.importance.learn(layer, run.tuner)
         if done < trials:
             progress.exhausted = True
             out["exhausted"] = True  # its tuner had no new config left: the caption says why trials went unused
@@ -703,51 +702,6 @@ class TuneSession:
         self.tracker.close_layer(layer.name, "FINISHED")
         self.reporter.end_layer(layer.name, out)
         return out
-
-    def _importance_key(self, op_class: str) -> str:
-        return f"importance:{self.target.kind}:{op_class}"
-
-    def _importance(self, layer) -> list[float] | None:
-        """Layer-feature weights for the match score: the cost models' split-count
-        importances, smoothed across retrainings and across runs (kept in history), with
-        ``IMPORTANCE_FLOOR`` of the weight spread evenly over every feature.
-
-        The floor is there because one cost model's splits can sit on a single feature:
-        with all weight on log2 FLOPs, ResNet-18's 7x7 stride-2 stem scored 0.96 against
-        its 3x3 convs and went to the guided GA, seeded from configs of another shape.
-        Importance reweighs the features; it never makes a kernel size or a stride count
-        for nothing. A stored vector of another length (another feature set) is ignored."""
-        import json
-
-        text = self.store.get_meta(self._importance_key(layer.op_class))
-        learned = json.loads(text) if text else None
-        n = len(layer.features())
-        if not learned or len(learned) != n:
-            return None
-        return [IMPORTANCE_FLOOR / n + (1 - IMPORTANCE_FLOOR) * float(w) for w in learned]
-
-    def _learned_importance(self, op_class: str, n: int) -> list[float]:
-        """The smoothed importances as stored, or the uniform prior a first model's are
-        blended into (a first model alone had the last word, and its collapse stayed)."""
-        import json
-
-        text = self.store.get_meta(self._importance_key(op_class))
-        old = json.loads(text) if text else None
-        return [float(w) for w in old] if old is not None and len(old) == n else [1.0 / n] * n
-
-    def _learn_importance(self, layer, tuner, decay: float = 0.7) -> None:
-        import json
-
-        from autotune.search.similarity import importance_weights
-
-        raw = getattr(tuner, "importance", None)  # model-based tuners only
-        if raw is None:
-            return
-        n = len(layer.features())
-        fresh = importance_weights(raw, n)
-        blended = [decay * o + (1 - decay) * f for o, f in zip(self._learned_importance(layer.op_class, n), fresh)]
-        total = sum(blended) or 1.0
-        self.store.set_meta(self._importance_key(layer.op_class), json.dumps([float(w) / total for w in blended]))
 
     def _exact_hit(self, layer) -> bool:
         from autotune.history.match import exact_hit
@@ -914,96 +868,6 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, 
     return (f"{layer_name}: history is shallow, {held}; {tuner} may settle near {whose} unconverged winners (tuning the "
             "most similar layer longer is what deepens it where it counts)"
             + (f"; after {handover} trials (its first population) gga hands the layer to tl_xgb" if handover else ""))
-
-
-def _other_local_pid(run: dict[str, Any]) -> int | None:
-    """The process of a run marked running by another process of this host, else None."""
-    params = run.get("params") or {}
-    pid = params.get("pid")
-    if run["status"] != "running" or params.get("host") != socket.gethostname() or not isinstance(pid, int):
-        return None
-    return pid if pid != os.getpid() else None
-
-
-def stale_run(run: dict[str, Any]) -> bool:
-    """A run left 'running' whose process on this host is gone (SIGKILL, power loss)."""
-    pid = _other_local_pid(run)
-    return pid is not None and not pid_alive(pid)
-
-
-def concurrent_runs(store) -> list[dict[str, Any]]:
-    """Other runs of this history measuring on this host now: their timings and ours,
-    taken together, run slower (a config timed by two tunes at once read 0.377 and
-    0.624 ms), and history keeps a winner for good."""
-    return [run for run in store.runs() if (pid := _other_local_pid(run)) is not None and pid_alive(pid)]
-
-
-def overlapping_runs(store, run_id: str) -> list[str]:
-    """Other runs of this history on this host whose time overlapped ``run_id``'s so far:
-    a run started while this one measured is not among :func:`concurrent_runs` at this
-    one's start, and its report presented timings taken beside another tune as clean."""
-    runs = store.runs()
-    ours = next((r for r in runs if r["run_id"] == run_id), None)
-    if ours is None or ours["started_at"] is None:
-        return []
-    host = socket.gethostname()
-    return [
-        r["run_id"] for r in runs
-        if r["run_id"] != run_id and (r.get("params") or {}).get("host") == host and r["started_at"] is not None
-        and r["started_at"] >= ours["started_at"] and (r["status"] == "running" or r["finished_at"] is None
-                                                       or r["finished_at"] >= ours["started_at"])
-    ]
-
-
-def close_stale_runs(store) -> list[str]:
-    """Mark :func:`stale_run` runs as killed: their measurements are kept, only the
-    run's status was left at 'running'."""
-    closed = []
-    for run in store.runs():
-        if stale_run(run):
-            store.finish_run(run["run_id"], "killed", {"reason": f"process {run['params']['pid']} on {socket.gethostname()} is gone"})
-            closed.append(run["run_id"])
-    return closed
-
-
-def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: int | None = None) -> list:
-    """The measured configs of a layer's history neighbours, as transfer evidence.
-
-    Latencies compare only within one layer on one target, so a neighbour measured on
-    other hardware is its own group (its key names the target too), and its records
-    carry the match's weight for other hardware. Given the tuned layer's ``space`` and
-    the tuned CPU's float ``lanes``, a record from a CPU of another vector width is
-    restated for this one (:mod:`autotune.templates.vector_width`). TVM's default schedule, which
-    ``tune`` times and keeps with an empty config, is left out: it has no knob values,
-    and as the fastest record of a shortly searched layer it would set the yardstick
-    that layer's configs are normalized by. A record of the same layer at another batch
-    size comes with the batch spread over its outermost tiles where that fits, as
-    ``compile`` applies it (:func:`autotune.compile.batch_in_outer_tiles`): mapped to the
-    nearest candidates instead, dqn's batch-1 winners put the batch in the innermost tile,
-    and a 16-trial tune at batch 2 ended 1.6x to 2x slower than compiling with them unmeasured."""
-    from autotune.compile import batch_in_outer_tiles
-    from autotune.history import split_target_key
-    from autotune.search.tuner import PriorRecord
-    from autotune.templates.vector_width import restate_vector_width, vector_axis_knobs
-
-    vector_knobs = vector_axis_knobs(space.knobs) if space is not None and lanes else []
-    priors = []
-    for nb in m.neighbours:
-        group = nb.workload.key if nb.same_target else f"{nb.workload.key}@{nb.target_key}"
-        kind, arch, _ = split_target_key(nb.target_key)
-        from_lanes = None if nb.same_target or not vector_knobs else float_lanes(kind, arch)
-        for rec in store.records(workload_key=nb.workload.key, target_key=nb.target_key, status="ok", limit=per_workload):
-            config = rec.config
-            if not config:
-                continue
-            if from_lanes and from_lanes != lanes:
-                config = restate_vector_width(config, vector_knobs, from_lanes, lanes)
-            restated = config != rec.config
-            if nb.relation == "other batch" and space is not None:
-                config = batch_in_outer_tiles(space, config) or config
-            priors.append(PriorRecord(config, rec.latency_median, nb.similarity, tuple(nb.workload.features), group,
-                                      rec.status, nb.target_weight, restated=restated))
-    return priors
 
 
 def _ratio(default: float | None, best: float | None) -> float | None:

@@ -95,7 +95,7 @@ def main() -> int:
     from history_guided.layers import layer_at
 
     from autotune.target import float_lanes, resolve_target
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
     from autotune.history import open_history
     from autotune.history.match import match
     from autotune.templates.meta_schedule_space import MetaScheduleSpace

@@ -317,7 +317,7 @@ def test_a_tune_at_another_batch_starts_from_the_winners_as_compile_applies_them
     from autotune.history.match import match
     from autotune.target import resolve_target
     from autotune.templates.meta_schedule_space import MetaScheduleSpace
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
 
     model, target = _dense(tmp_path / "dense.onnx"), resolve_target("llvm")
 

@@ -234,7 +234,7 @@ def test_a_run_started_beside_a_tune_counts_as_concurrent_in_its_report_too(tmp_
     import socket
 
     from autotune.target import resolve_target
-    from autotune.tune import overlapping_runs
+    from autotune.run_status import overlapping_runs
 
     here = {"pid": 1, "host": socket.gethostname()}
     with open_history(str(tmp_path / "h.db")) as store:

@@ -98,7 +98,7 @@ def test_priors_from_other_hardware_are_their_own_group_and_count_less(store):
     """A source layer measured only on another target: its latencies compare only within
     that target, so its records form their own group and carry the discount into the
     tuners' weights (search.similarity.filter_priors)."""
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
 
     w, near, far = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0]), _wl("f", "if", [1.0, 9.0])
     for wl in (w, near, far):
@@ -119,7 +119,7 @@ def test_a_layer_this_target_measured_is_not_taken_from_another(store):
     target's records of other layers (run 34: the first conv later at cold XGBoost's
     final, 41 trials against 21.5): the layer comes from this target alone, and the
     other target's records stand in only for layers this target lacks."""
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
 
     w, near, far = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0]), _wl("f", "if", [1.0, 9.0])
     for wl in (w, near, far):
@@ -139,7 +139,7 @@ def test_a_layer_measured_more_fully_elsewhere_comes_along(store):
     """This target's one probe of a layer does not shut out another target's fuller run
     of it (three times the records): both copies are neighbours, this target's first,
     and both feed the priors."""
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
 
     w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
     for wl in (w, near):
@@ -161,7 +161,7 @@ def test_history_depth_counts_each_source_layers_records(store):
     """The report says how deep a layer's history goes, which the match score does not:
     two source layers holding 1 and 3 measured configs give a median of 2, fewest 1, and
     a median under SHALLOW_SOURCE_RECORDS is what the progress calls shallow (run 43b)."""
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
     from autotune.search.tuner import SHALLOW_SOURCE_RECORDS, is_shallow, source_depth
 
     w, near, far = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0]), _wl("f", "if", [1.0, 9.0])
@@ -185,7 +185,7 @@ def test_priors_leave_out_tvms_default_schedule(store):
     an empty config: no knob values, so no evidence of what this layer's configs do.
     Kept as a prior it set its layer's best latency, and a default faster than a short
     search's configs left none of them counted best (performance under 1)."""
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
     from autotune.search.tuner import prior_groups
 
     w, near = _wl("a", "ia", [1.0, 2.0]), _wl("n", "in", [1.0, 3.0])
@@ -291,16 +291,16 @@ def test_a_cost_model_split_on_one_feature_leaves_a_stem_unlike_3x3_convs(tmp_pa
         uniform = match(store, stem.workload_info(), target.key).score
         space = session._space(stem)
         for _ in range(3):  # three runs in a row, each model as lopsided
-            session._learn_importance(threes[0], SimpleNamespace(importance=on_flops))
+            session.importance.learn(threes[0], SimpleNamespace(importance=on_flops))
             m, decision = session._match(stem, space)
             assert decision.tuner == "tl_xgb", m.score
         assert uniform < m.score < 0.7
-        weights = session._importance(stem)
+        weights = session.importance.weights(stem)
         assert min(weights) >= 0.5 / len(weights)  # every feature keeps a share
         # what was learned still moves the weights, and a vector of another length counts for nothing
         assert weights[10] == max(weights) and sum(weights) == pytest.approx(1.0)
-        store.set_meta(session._importance_key("conv2d"), "[0.5, 0.5]")
-        assert session._importance(stem) is None
+        store.set_meta(session.importance.key("conv2d"), "[0.5, 0.5]")
+        assert session.importance.weights(stem) is None
 
 
 def test_a_layers_batch_size_does_not_enter_the_comparison():

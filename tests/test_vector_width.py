@@ -52,7 +52,7 @@ def test_float_lanes_come_from_llvm_cpu_features():
 
 
 def test_priors_from_another_cpu_are_restated_and_this_cpus_are_not(tmp_path):
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
 
     here, there = TargetInfo("llvm", "znver4", "cpu-a"), TargetInfo("llvm", "znver3", "cpu-b")
     tuned = WorkloadInfo("t", "it", "conv2d", {}, 1e6, (1.0, 2.0))

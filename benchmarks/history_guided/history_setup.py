@@ -101,7 +101,7 @@ def priors_for(store, layer, target, exclude: set[str], other_target_discount: f
     one (ResNet-50 has ResNet-18's 3x3 64->64 conv), which would be an exact hit.
     Without ``space``, records from a CPU of another vector width are taken as they are."""
     from autotune.target import float_lanes
-    from autotune.tune import priors_from_match
+    from autotune.priors import priors_from_match
     from autotune.history.match import match
 
     extra = {} if other_target_discount is None else {"other_target_discount": other_target_discount}
