@@ -150,7 +150,7 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
         if other.config is None:
             entry["note"] = "the same layer's winner at the nearest batch size is TVM's default"
             continue
-        mod.update_func(mod.get_global_var(layer.name), _scheduled_as_history(space().apply(other.config)["main"]))
+        mod.update_func(mod.get_global_var(layer.name), _scheduled_as_history(other.scheduled))
         entry.update(schedule=OTHER_BATCH,
                      measured_configs=store.count_measured(other.record.workload_key, key, space_id=other.record.space_id))
     return mod, applied
@@ -159,12 +159,14 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
 @dataclass
 class OtherBatchWinner:
     """The same layer's winner at the nearest batch size whose config fits this shape
-    (``config``, mapped onto it), or its TVM default there (``config`` None); ``record``
-    None where history holds the layer at other batch sizes but no winner fits."""
+    (``config``, mapped onto it, and the layer ``scheduled`` so), or its TVM default
+    there (``config`` None); ``record`` None where history holds the layer at other batch
+    sizes but no winner fits."""
 
     record: Any
     batch_ratio: float | None
     config: dict | None
+    scheduled: Any = None
 
 
 def winner_at_other_batch(store, layer, target_key: str, space) -> OtherBatchWinner | None:
@@ -176,9 +178,9 @@ def winner_at_other_batch(store, layer, target_key: str, space) -> OtherBatchWin
         ratio = round(flops / layer.flops, 4) if layer.flops else None
         if other.space_id.startswith(DEFAULT_SPACE_PREFIX):
             return OtherBatchWinner(other, ratio, None)
-        config = mapped_config(space(), other)
-        if config is not None:
-            return OtherBatchWinner(other, ratio, config)
+        mapped = mapped_config(space(), other)
+        if mapped is not None:
+            return OtherBatchWinner(other, ratio, *mapped)
     return OtherBatchWinner(None, None, None) if others else None
 
 
@@ -191,12 +193,13 @@ def _nearest_batches_first(found: list[tuple[Any, float]], flops: float) -> list
     return sorted(found, key=distance)
 
 
-def mapped_config(space, record) -> dict | None:
+def mapped_config(space, record) -> tuple[dict, Any] | None:
     """``record``'s config, from the same layer at another batch size, put onto this
     layer's candidates: the batch spread over the outermost tiles
     (:func:`batch_in_outer_tiles`), else each knob at its nearest candidate as the
-    guided tuners map history; the first that applies, or None where neither does
-    (another knob space version, or what the space or the GPU checks refuse)."""
+    guided tuners map history; the first that applies, with the scheduled PrimFunc, or
+    None where neither does (another knob space version, or what the space or the GPU
+    checks refuse)."""
     from autotune.search.features import map_config
     from autotune.templates import InvalidConfig
 
@@ -206,10 +209,10 @@ def mapped_config(space, record) -> dict | None:
         if config is None:
             continue
         try:
-            space.apply(config)
+            scheduled = space.apply(config)["main"]
         except InvalidConfig:
             continue
-        return config
+        return config, scheduled
     return None
 
 

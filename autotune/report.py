@@ -200,7 +200,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "resumed": int(layer.get("resumed") or 0),  # configs earlier runs measured of it
                 "rematched": _rematched(layer.get("rematched")),  # dispatched cold, matched again mid-tune
                 "handed_over": _handed_over(layer.get("handed_over")),  # the guided GA gave a shallow history's layer on
-                # what its match was taken from, where not features alike: "other batch", "same layer"
+                # "other batch" where its match was taken from this layer at another batch size
                 "nearest": _nearest_relation(layer.get("match")),
                 # no budget reached it; its winner at another batch size, timed here, is its best
                 "other_batch": bool(isinstance(layer.get("other_batch"), Mapping) and layer["other_batch"].get("applied")),
