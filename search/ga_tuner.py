@@ -589,20 +589,26 @@ class GuidedGATuner(GATuner):
 
     def closest_winner(self) -> Config | None:
         """The fastest record of the most similar kept source layer, mapped onto this
-        space; None with no such record, or one measured already.
+        space, passing over sources whose winner is measured here already (the layer's
+        own records, in a tune resumed after a probe); None where every one is.
 
         What a one-trial probe measures (``autotune tune``): the budget reads the probe
         as what history's closest layer says this one costs. The first population's
         order is the history ranker's across sources, and a probe of a ResNet-18 conv
         had measured another source's tile at 1.31 ms against its twin's 237 us."""
         idx, sims = self._kept_priors(())
-        rows = [(float(s), float(self._prior_perf[i]), -n, int(i)) for n, (i, s) in enumerate(zip(idx, sims))
-                if self._prior_mapped[i] is not None and self._prior_perf[i] > 0]
-        if not rows:
-            return None
-        *_, row = max(rows)
-        cfg = self.space.from_indices(self._prior_mapped[row])
-        return None if self.is_seen(cfg) else cfg
+        rows = sorted(((float(s), float(self._prior_perf[i]), -n, int(i)) for n, (i, s) in enumerate(zip(idx, sims))
+                       if self._prior_mapped[i] is not None and self._prior_perf[i] > 0), reverse=True)
+        tried: set[int] = set()
+        for *_, row in rows:
+            group = int(self._prior_group[row])
+            if group in tried:
+                continue  # a source's winner alone, not its runner-up
+            tried.add(group)
+            cfg = self.space.from_indices(self._prior_mapped[row])
+            if not self.is_seen(cfg):
+                return cfg
+        return None
 
     def _mapped_seed_keys(self, limit: int) -> list[Key]:
         idx, sims = self._kept_priors(())

@@ -1285,5 +1285,12 @@ def test_gga_names_the_closest_sources_winner_for_a_probe():
     assert config_to_json(lead) == config_to_json(winner.config)
     assert config_to_json(tuner.ask(1)[0]) != config_to_json(lead)  # why a probe asks for it by name
     tuner.tell(SynthBench(space).measure([lead]))
-    assert tuner.closest_winner() is None  # never measured twice
+    # never measured twice: the next most similar source's winner (a source's winner, never its runner-up)
+    nxt = tuner.closest_winner()
+    assert nxt is not None and config_to_json(nxt) != config_to_json(lead)
+    winners = {k: min((r for r in priors if r.workload_key == k and r.latency), key=lambda r: r.latency) for k in ("dense_64_128_64", "dense_128_64_64")}
+    assert config_to_json(nxt) in {config_to_json(space.from_indices(tuner.encoder.map_indices(w.config))) for w in winners.values()}
     assert GuidedGATuner(space, seed=0, layer_features=space.layer_features).closest_winner() is None  # no history
+    alone = GuidedGATuner(space, seed=0, priors=twin, layer_features=space.layer_features)
+    alone.tell(SynthBench(space).measure([lead]))
+    assert alone.closest_winner() is None  # its one source's winner measured
