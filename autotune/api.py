@@ -440,7 +440,7 @@ def layers(
     spec, mod = frontend.load_and_fuse(
         str(model), input_shapes=_input_shapes(input_shapes), size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    layers = decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequence_first)
+    layers = decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequences_carry_batch_second)
     return {"model": spec.name, "inputs": spec.input_shapes, "batch": spec.batch_description(), "layers": layers}
 
 

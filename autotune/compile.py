@@ -582,7 +582,7 @@ def compile_model(
     spec, mod = frontend.load_and_fuse(
         model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    layers = decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequence_first)
+    layers = decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequences_carry_batch_second)
     say(f"applying history's schedules to {len(layers)} layers")
     history_key = history_target_key(store, target)
     mod, applied = apply_history(mod, layers, target, store, target_key=history_key)

@@ -161,8 +161,8 @@ class Layer:
 def decompose(mod, *, batch_size: int | None = None, sequence_first: bool = False) -> list[Layer]:
     """One :class:`Layer` per distinct PrimFunc called from ``main``, in call order.
 
-    ``sequence_first``: the model's batch is its input's second dimension (an LSTM's
-    default layout), so sequences through its layers carry the batch second too."""
+    ``sequence_first``: sequences through the layers carry the batch second (an LSTM's
+    default layout: the model's input is such a sequence, or is transposed into one)."""
     import tvm
     from tvm import relax
 

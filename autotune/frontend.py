@@ -112,6 +112,17 @@ class ModelSpec:
         first = next(iter(self.input_shapes.values()), ())
         return len(first) >= 3 and self.batch_axis == 1
 
+    @property
+    def sequences_carry_batch_second(self) -> bool:
+        """Layers' (time, batch, features) sequences carry the batch second: the input is
+        such a sequence, or an LSTM, GRU or RNN inside runs time first. ``speech`` and
+        ``seq2seq`` take batch-first inputs and transpose them for their LSTMs: with the
+        batch read from the first dimension alone, those layers' batch-invariant keys
+        changed with the batch, and ``compile`` at a new batch gave them TVM's defaults."""
+        return self.sequence_first or (self.proto is not None and any(
+            node.op_type in ("LSTM", "GRU", "RNN") and next((a.i for a in node.attribute if a.name == "layout"), 0) == 0
+            for node in self.proto.graph.node))
+
     def batch_description(self) -> dict[str, Any]:
         """The batch as read, for a person to check: ``layers``, reports and modules say it."""
         name = next(iter(self.input_shapes), None)

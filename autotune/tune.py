@@ -139,7 +139,7 @@ def load_layers(
     spec, mod = frontend.load_and_fuse(
         model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
     )
-    return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequence_first), batch_norm)
+    return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequences_carry_batch_second), batch_norm)
 
 
 class TuneSession:

@@ -252,3 +252,23 @@ def test_torchs_own_lstm_and_gru_exports_compile_to_torchs_outputs(tmp_path, exp
     (got,) = result["output_arrays"]
     np.testing.assert_allclose(got, io["output"], rtol=1e-5, atol=1e-5)  # torch's own numbers
     assert result["check"]["ok"] is True  # and ONNX's reference on the exported graph
+
+
+def test_a_batch_first_model_whose_lstm_runs_time_first_keeps_its_layers_keys_across_batches():
+    """``speech`` takes (batch, time, features) and transposes it for its LSTM: its LSTM
+    layers carry the batch second while the batch was read from the input's first
+    dimension alone, so their batch-invariant keys changed with the batch, and ``compile``
+    at a new batch gave them TVM's defaults (a helper's trial: 0 tuned layers of 4)."""
+    from autotune import api
+    from autotune.frontend import load_model
+
+    def tunable(batch: int) -> list:
+        return [l for l in api.layers("speech", size=8, batch_size=batch)["layers"] if l.tunable]
+
+    spec = load_model("speech", size=8, batch_size=2)
+    assert spec.batch_axis == 0 and not spec.sequence_first and spec.sequences_carry_batch_second
+    one, two, four = tunable(1), tunable(2), tunable(4)
+    assert len(one) == len(two) == len(four) >= 4
+    for a, b, c in zip(one, two, four):
+        assert a.batch_invariant_key == b.batch_invariant_key == c.batch_invariant_key, a.name
+        assert a.workload_key != b.workload_key != c.workload_key
