@@ -321,7 +321,8 @@ def cmd_compile(args) -> int:
             if summary.get(note):
                 print(f"note: {summary[note]}")
         if summary.get("thin_layers"):
-            print(f"note: {summary['thin_layers']} of the layers from history had fewer than {THIN_HISTORY} configs measured: "
+            print(f"note: {summary['thin_layers']} of the layers given a winner from history (their own or another batch "
+                  f"size's) had fewer than {THIN_HISTORY} configs measured: "
                   "thin evidence (`autotune tune` the model to deepen it)")
         kernels = summary.get("device_code")
         if kernels and kernels.get("note"):
@@ -629,13 +630,14 @@ def cmd_history_show(args) -> int:
         print(f"no records{' of ' + which if which else ''}")
         return 0
     shown = f" (the last {len(recs)} of {held}; --limit shows more)" if held > len(recs) else ""
-    print(f"{'record':<7} {'status':<12} {'latency':>12} {'tuner':<8} {'run':<12} {'target':<24} {'marks':<13} error{shown}")
+    wu = max([8, *(len(r.tuner or "") for r in recs)])  # "other batch" pushed the columns after it
+    print(f"{'record':<7} {'status':<12} {'latency':>12} {'tuner':<{wu}} {'run':<12} {'target':<24} {'marks':<13} error{shown}")
     for r in recs:
         lat = format_latency(r.latency_median)
         # a twin's timing is another config's, whose program it compiled to
         marks = " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin)) if on)
         # the run that made it: where a shared history's record came from (`history runs` says whose)
-        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner:<8} {(r.run_id or '-')[:12]:<12} {r.target_key:<24} {marks:<13} "
+        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner or '-':<{wu}} {(r.run_id or '-')[:12]:<12} {r.target_key:<24} {marks:<13} "
               f"{(r.error or '')[:60]}")
     return 0
 

@@ -146,10 +146,13 @@ def apply_history(mod, layers, target: TargetSpec, store, *, spaces: dict | None
             entry["note"] = "no winner of the same layer at another batch size fits this shape"
             continue
         # batch_ratio: the other batch size over this one (their FLOPs' ratio)
-        entry.update({"record_id": other.record.id, "from_workload": other.record.workload_key, "batch_ratio": other.batch_ratio})
+        found = {"record_id": other.record.id, "from_workload": other.record.workload_key, "batch_ratio": other.batch_ratio}
         if other.config is None:
+            if entry["record_id"] is None:  # TVM's default timed at this batch is the record that stands (it was the other's)
+                entry.update(found)
             entry["note"] = "the same layer's winner at the nearest batch size is TVM's default"
             continue
+        entry.update(found)
         mod.update_func(mod.get_global_var(layer.name), _scheduled_as_history(other.scheduled))
         entry.update(schedule=OTHER_BATCH,
                      measured_configs=store.count_measured(other.record.workload_key, key, space_id=other.record.space_id))

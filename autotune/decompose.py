@@ -140,6 +140,7 @@ class Layer:
             "output": self.output,
             "attrs": self.attrs,
             "epilogue": self.epilogue,
+            "batch": self.batch,  # what the match discounts another batch size's layers by
         }
 
     def workload_info(self):

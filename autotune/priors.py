@@ -16,8 +16,9 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
     restated for this one (:mod:`autotune.templates.vector_width`). TVM's default schedule, which
     ``tune`` times and keeps with an empty config, is left out: it has no knob values,
     and as the fastest record of a shortly searched layer it would set the yardstick
-    that layer's configs are normalized by. A record of the same layer at another batch
-    size comes with the batch spread over its outermost tiles where that fits, as
+    that layer's configs are normalized by. A record of a layer at another batch size
+    (the same layer, or one whose batch its description gives) comes with the batch
+    spread over its outermost tiles where that fits, as
     ``compile`` applies it (:func:`autotune.compile.batch_in_outer_tiles`): mapped to the
     nearest candidates instead, dqn's batch-1 winners put the batch in the innermost tile,
     and a 16-trial tune at batch 2 ended 1.6x to 2x slower than compiling with them unmeasured."""
@@ -39,7 +40,7 @@ def priors_from_match(store, m, *, per_workload: int = 2000, space=None, lanes: 
             if from_lanes and from_lanes != lanes:
                 config = restate_vector_width(config, vector_knobs, from_lanes, lanes)
             restated = config != rec.config
-            if nb.relation == "other batch" and space is not None:
+            if nb.another_batch and space is not None:
                 config = batch_in_outer_tiles(space, config) or config
             priors.append(PriorRecord(config, rec.latency_median, nb.similarity, tuple(nb.workload.features), group,
                                       rec.status, nb.target_weight, restated=restated))

@@ -99,7 +99,7 @@ COLUMNS = [
     "rematched",
     "handed_over",
     "nearest",
-    "other_batch",
+    "other_batch_winner",
     "best_latency_ms",
     "default_latency_ms",
     "speedup",
@@ -203,7 +203,7 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 # "other batch" where its match was taken from this layer at another batch size
                 "nearest": _nearest_relation(layer.get("match")),
                 # no budget reached it; its winner at another batch size, timed here, is its best
-                "other_batch": bool(isinstance(layer.get("other_batch"), Mapping) and layer["other_batch"].get("applied")),
+                "other_batch_winner": bool(isinstance(layer.get("other_batch"), Mapping) and layer["other_batch"].get("applied")),
                 "best_latency_ms": None if best is None else best * 1e3,
                 "default_latency_ms": None if default is None else default * 1e3,
                 "speedup": speedup,
@@ -311,7 +311,7 @@ def _fmt_tuner(row: Mapping[str, Any]) -> str:
     tuner it would have had."""
     if budget_ran_out(row):
         # its winner at another batch size, timed at this one (tune._time_other_batch_winners)
-        return "- (no budget left, other batch's winner)" if row.get("other_batch") else "- (no budget left)"
+        return "- (no budget left, other batch's winner)" if row.get("other_batch_winner") else "- (no budget left)"
     resumed = f"resumed at {row['resumed']}" if row.get("resumed") else None
     handed = f"then {row['handed_over']}" if row.get("handed_over") else None
     nearest = "from another batch size" if row.get("nearest") == "other batch" else None

@@ -38,6 +38,9 @@ class Neighbour:
     #: why it is near: "same layer" (another target), "other batch" (the same layer at
     #: another batch size, :data:`SAME_LAYER_OTHER_BATCH`), or "features" (similar shapes)
     relation: str = "features"
+    #: read at another batch size (known from both descriptors, or the same layer's):
+    #: its configs come with the batch spread over the outermost tiles (autotune.priors)
+    another_batch: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,24 @@ class MatchResult:
             "neighbours": [
                 # the layer name history holds it under: a key alone sent the reader to `history ls`
                 {"workload_key": n.workload.key, "name": (n.workload.descriptor or {}).get("name"),
+                 **({"batch": b} if (b := batch_of(n.workload)) is not None else {}),
                  "target_key": n.target_key, "similarity": round(n.similarity, 4), "relation": n.relation}
                 for n in self.neighbours
             ],
         }
+
+
+def batch_of(workload: WorkloadInfo) -> int | None:
+    """The batch size a workload was read at, where its descriptor says (workloads
+    stored since 2026-11-28)."""
+    batch = (workload.descriptor or {}).get("batch")
+    return batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None
+
+
+def at_another_batch(a: WorkloadInfo, b: WorkloadInfo) -> bool:
+    """Whether two workloads were read at batch sizes known to differ."""
+    x, y = batch_of(a), batch_of(b)
+    return x is not None and y is not None and x != y
 
 
 def similarity(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | None = None) -> float:
@@ -195,10 +212,15 @@ def match(
         elif other.batch_invariant_key == workload.batch_invariant_key:
             sim, relation = SAME_LAYER_OTHER_BATCH, "other batch"
         else:
+            # one sample's features leave the batch out; a layer at another batch size
+            # counts as the same layer there does, so that one ranks at least as high
             sim, relation = next(apart), "features"
+            if at_another_batch(workload, other):
+                sim *= SAME_LAYER_OTHER_BATCH
+        another = relation == "other batch" or at_another_batch(workload, other)
         same = row["target_key"] == target_key
         weight = 1.0 if same else other_target_discount
-        candidates.append((Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same, relation),
+        candidates.append((Neighbour(other, row["target_key"], sim * weight, row["best_latency"], weight, same, relation, another),
                            int(row["n_ok"])))
     # A layer this target has measured is taken from this target alone: another target's
     # records of it would only displace this target's records of other layers. With
@@ -210,7 +232,7 @@ def match(
     # the other copy comes along, holding what this target has not measured yet.
     here = {n.workload.key: n_ok for n, n_ok in candidates if n.same_target}
     neighbours = [n for n, n_ok in candidates if n.same_target or 2 * here.get(n.workload.key, 0) < n_ok]
-    neighbours.sort(key=lambda n: -n.similarity)
+    neighbours.sort(key=lambda n: (-n.similarity, n.relation != "other batch"))  # the same layer first among equals
     neighbours = neighbours[:max_neighbours]
     score = neighbours[0].similarity if neighbours else 0.0
     return MatchResult(min(score, 0.99), False, None, tuple(neighbours))

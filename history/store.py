@@ -691,11 +691,20 @@ class HistoryStore:
     def best_at_other_batches(self, workload_key: str, batch_invariant_key: str, target_key: str) -> list[tuple[Record, float]]:
         """The best usable record of each *other* workload with this batch-invariant key
         (the same layer at another batch size) on the target, with that workload's FLOPs:
-        their ratio to this layer's is the ratio of the batch sizes."""
-        w = schema.workloads
+        their ratio to this layer's is the ratio of the batch sizes. Only workloads
+        searched there count: TVM's default timed alone (a tune whose budget did not reach
+        the layer) says nothing of what wins, and as the nearest batch it hid a tuned
+        winner at the next (dqn at batch 2, between a default at 1 and a winner at 4)."""
+        r, w, t = schema.records, schema.workloads, schema.targets
         query = select(w.c.key, w.c.flops).where(w.c.batch_invariant_key == batch_invariant_key, w.c.key != workload_key)
+        searched = (
+            select(func.count(r.c.id))
+            .select_from(r.join(w, r.c.workload_id == w.c.id).join(t, r.c.target_id == t.c.id))
+            .where(t.c.key == target_key, r.c.status == "ok", ~r.c.space_id.startswith(BASELINE_SPACE_PREFIX, autoescape=True))
+        )
         with self._read() as conn:
-            others = conn.execute(query.order_by(w.c.id)).all()
+            others = [(key, flops) for key, flops in conn.execute(query.order_by(w.c.id)).all()
+                      if conn.execute(searched.where(w.c.key == key)).scalar_one()]
         found = []
         for key, flops in others:
             record = self.best(key, target_key)

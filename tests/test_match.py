@@ -323,3 +323,49 @@ def test_a_layers_batch_size_does_not_enter_the_comparison():
     other = next(iter(convs("resnet50", 1).values()))
     for name, layer in one.items():
         assert similarity(four[name].features(), other.features()) == pytest.approx(similarity(layer.features(), other.features()))
+
+
+def test_the_same_layer_at_another_batch_ranks_first_and_others_there_count_as_much(tmp_path):
+    """With one sample's features a different layer at another batch scored up to 1.0,
+    above the same layer there (0.95): a ResNet-18 conv at batch 4 took its residual twin
+    at batch 1 as its closest layer, its own batch-1 records third, and the twin's configs
+    came without the batch spread over the outermost tiles."""
+    import numpy as np
+
+    from autotune import api
+    from autotune.compile import batch_in_outer_tiles
+    from autotune.priors import priors_from_match
+    from autotune.target import resolve_target
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
+
+    def layers(batch: int) -> dict:
+        return {l.name: l for l in api.layers("resnet18", size=32, batch_size=batch)["layers"]}
+
+    one, four = layers(1), layers(4)
+    plain, twin = one["fused_conv2d7_add5_relu3"], one["fused_conv2d7_add5_add6_relu3"]
+    (tuned,) = [l for l in four.values() if l.batch_invariant_key == plain.batch_invariant_key]
+    target = resolve_target("llvm")
+    space1 = MetaScheduleSpace(plain.func, target.tvm_target, name=plain.name)
+    space4 = MetaScheduleSpace(tuned.func, target.tvm_target, name=tuned.name)
+    config = space1.random_config(np.random.default_rng(0))
+    with open_history(str(tmp_path / "h.db")) as store:
+        store.register_target(target.history_info())
+        for layer in (plain, twin, tuned):
+            store.register_workload(layer.workload_info())
+        for layer in (plain, twin):
+            store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space1.space_id,
+                             config=config, samples=[1e-4], status="ok")
+        m = match(store, tuned.workload_info(), target.key)
+        first, second = m.neighbours
+        assert (first.workload.key, first.relation) == (plain.workload_key, "other batch")
+        assert second.workload.key == twin.workload_key and second.similarity <= SAME_LAYER_OTHER_BATCH
+        assert first.another_batch and second.another_batch
+        assert [n["batch"] for n in m.to_dict()["neighbours"]] == [1, 1]
+        spread = batch_in_outer_tiles(space4, config)
+        assert spread is not None and spread != config
+        assert {p.workload_key: p.config for p in priors_from_match(store, m, space=space4)} == \
+               {plain.workload_key: spread, twin.workload_key: spread}
+        # at one batch nothing is discounted
+        same = match(store, plain.workload_info(), target.key, exclude={plain.workload_key})
+        assert same.neighbours[0].workload.key == twin.workload_key and not same.neighbours[0].another_batch
+        assert same.neighbours[0].similarity > SAME_LAYER_OTHER_BATCH
