@@ -119,9 +119,7 @@ class ModelSpec:
         ``seq2seq`` take batch-first inputs and transpose them for their LSTMs: with the
         batch read from the first dimension alone, those layers' batch-invariant keys
         changed with the batch, and ``compile`` at a new batch gave them TVM's defaults."""
-        return self.sequence_first or (self.proto is not None and any(
-            node.op_type in ("LSTM", "GRU", "RNN") and next((a.i for a in node.attribute if a.name == "layout"), 0) == 0
-            for node in self.proto.graph.node))
+        return self.sequence_first or (self.proto is not None and any(map(_time_first_recurrence, self.proto.graph.node)))
 
     def batch_description(self) -> dict[str, Any]:
         """The batch as read, for a person to check: ``layers``, reports and modules say it."""
@@ -153,9 +151,13 @@ def _feeds_sequence_first_recurrence(proto, name: str) -> bool:
         return False
     for node in proto.graph.node:
         if node.op_type in ("LSTM", "GRU", "RNN") and node.input and node.input[0] == name:
-            layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-            return layout == 0
+            return _time_first_recurrence(node)
     return False
+
+
+def _time_first_recurrence(node) -> bool:
+    """An ONNX LSTM, GRU or RNN in its default layout: its sequence is (time, batch, features)."""
+    return node.op_type in ("LSTM", "GRU", "RNN") and next((a.i for a in node.attribute if a.name == "layout"), 0) == 0
 
 
 def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:

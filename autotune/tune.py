@@ -751,11 +751,12 @@ class TuneSession:
         a layer at its default's latency while the timed model and the export ran the
         other batch's winner; timed here, the faster of the two is what the table shows
         and ``compile`` applies. Returns, per layer timed, where its config came from."""
-        from autotune.compile import DEFAULT_SPACE_PREFIX, winner_at_other_batch
+        from autotune.compile import DEFAULT_SPACE_PREFIX, RECORDS_TRIED, winner_at_other_batch
 
         todo = []
         for layer in layers:
-            own = self.store.records(workload_key=layer.workload_key, target_key=self.target.key)
+            # as compile decides it: the layer's usable records here, TVM's default alone
+            own = self.store.fastest(layer.workload_key, self.target.key, limit=RECORDS_TRIED)
             if any(not r.space_id.startswith(DEFAULT_SPACE_PREFIX) for r in own):
                 continue
             found = winner_at_other_batch(self.store, layer, self.target.key, lambda layer=layer: self._space(layer))
