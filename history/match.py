@@ -4,7 +4,9 @@
 Otherwise the score is the best importance-weighted similarity of this layer's
 features to a layer of the same op class that history has measured. Results for the
 same layer at another batch size (same batch-invariant key) count as near-exact:
-batch rarely changes the winning schedule. Records from other hardware inform
+batch rarely changes the winning schedule. Features are one sample's, so the batch
+leaves the comparison, and another layer read at another batch size counts
+``SAME_LAYER_OTHER_BATCH`` of its similarity, as the same layer there does. Records from other hardware inform
 transfer but are discounted, never count as an exact hit, and stand in only for layers
 the tuned target has not measured, or has measured thinly.
 """
