@@ -314,7 +314,7 @@ def cmd_compile(args) -> int:
         print(json.dumps(summary))
     else:
         whose = f" (records of {summary['history_target']})" if summary.get("history_target", summary["target"]) != summary["target"] else ""
-        borrowed = f", {summary['other_batch_layers']} from their winners at another batch size" if summary.get("other_batch_layers") else ""
+        borrowed = f", {summary['other_batch_layers']} more from their winners at another batch size" if summary.get("other_batch_layers") else ""
         print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history{whose}"
               f"{borrowed}, the rest TVM defaults")
         for note in ("target_note", "history_note"):
