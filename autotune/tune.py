@@ -19,6 +19,7 @@ from autotune.budget import BUDGET_SPLITS, DEFAULT_MIN_TRIALS, LayerProgress, es
 from autotune.errors import INT64_MAX, AutotuneError, OptionError, check_choice, check_count, check_flag, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
 from autotune.feature_importance import LearnedImportance
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
+from autotune.history import OTHER_BATCH_TUNER
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
 from autotune.priors import priors_from_match
@@ -32,10 +33,6 @@ if TYPE_CHECKING:
 
 #: How many of the best candidates to try verifying before giving up on a layer.
 VERIFY_CANDIDATES = 3
-
-#: The tuner name of a record that times, at this batch size, the winner of the same layer
-#: at another batch size (``TuneSession._time_other_batch_winners``).
-OTHER_BATCH_TUNER = "other batch"
 
 
 @dataclass

@@ -13,6 +13,7 @@ from .location import ENV_VAR, autotune_home, mask_url, resolve_location
 from .models import (
     BASELINE_SPACE_PREFIX,
     MAX_ERROR_CHARS,
+    OTHER_BATCH_TUNER,
     RECORD_STATUSES,
     RUN_STATUSES,
     Record,
@@ -32,6 +33,7 @@ __all__ = [
     "HistoryError",
     "HistoryStore",
     "MAX_ERROR_CHARS",
+    "OTHER_BATCH_TUNER",
     "RECORD_STATUSES",
     "RUN_STATUSES",
     "Record",

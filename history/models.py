@@ -11,6 +11,9 @@ from typing import Any, Mapping, Sequence
 #: Space id prefix of baseline records (TVM's own default schedule, config ``{}``): a
 #: layer's time before tuning, not evidence of which knob values are good.
 BASELINE_SPACE_PREFIX = "tvm-default:"
+#: The tuner name of a record that times, at one batch size, the winner of the same layer
+#: at another (``autotune tune`` does for a layer its budget misses): a copy, not a search.
+OTHER_BATCH_TUNER = "other batch"
 #: Every status a measurement record may carry; "ok" is the only one with a usable latency.
 RECORD_STATUSES: tuple[str, ...] = ("ok", "build_error", "run_error", "timeout", "wrong_result", "invalid")
 #: Every status a tuning run may carry.

@@ -25,6 +25,7 @@ from sqlalchemy import (
     func,
     insert,
     inspect,
+    or_,
     select,
     text,
     true,
@@ -44,6 +45,7 @@ from .location import in_memory, mask_url, resolve_location
 from .models import (
     BASELINE_SPACE_PREFIX,
     MAX_ERROR_CHARS,
+    OTHER_BATCH_TUNER,
     RECORD_STATUSES,
     RUN_STATUSES,
     Record,
@@ -694,13 +696,16 @@ class HistoryStore:
         their ratio to this layer's is the ratio of the batch sizes. Only workloads
         searched there count: TVM's default timed alone (a tune whose budget did not reach
         the layer) says nothing of what wins, and as the nearest batch it hid a tuned
-        winner at the next (dqn at batch 2, between a default at 1 and a winner at 4)."""
+        winner at the next (dqn at batch 2, between a default at 1 and a winner at 4);
+        nor does another batch's winner timed there alone (``OTHER_BATCH_TUNER``), one
+        measurement that stood for its batch over the four-deep search it was copied from."""
         r, w, t = schema.records, schema.workloads, schema.targets
         query = select(w.c.key, w.c.flops).where(w.c.batch_invariant_key == batch_invariant_key, w.c.key != workload_key)
         searched = (
             select(func.count(r.c.id))
             .select_from(r.join(w, r.c.workload_id == w.c.id).join(t, r.c.target_id == t.c.id))
-            .where(t.c.key == target_key, r.c.status == "ok", ~r.c.space_id.startswith(BASELINE_SPACE_PREFIX, autoescape=True))
+            .where(t.c.key == target_key, r.c.status == "ok", ~r.c.space_id.startswith(BASELINE_SPACE_PREFIX, autoescape=True),
+                   or_(r.c.tuner.is_(None), r.c.tuner != OTHER_BATCH_TUNER))
         )
         with self._read() as conn:
             others = [(key, flops) for key, flops in conn.execute(query.order_by(w.c.id)).all()

@@ -286,6 +286,36 @@ def test_a_batch_history_has_not_measured_takes_the_nearest_batchs_winner(tmp_pa
     assert "0 of 1 layers from history, the rest" in capsys.readouterr().out  # no history, nothing borrowed
 
 
+def test_another_batchs_winner_timed_alone_at_a_batch_does_not_stand_for_it(tmp_path, capsys):
+    """A tune whose budget misses a layer at a new batch times another batch's winner
+    there once: a copy of that winner, not a search. As the nearest batch it stood for
+    its batch in a later compile, one measurement over the search it was copied from."""
+    import numpy as np
+
+    from autotune import decompose, frontend
+    from autotune.compile import OTHER_BATCH
+    from autotune.history import OTHER_BATCH_TUNER, open_history
+    from autotune.target import resolve_target
+    from autotune.templates.meta_schedule_space import MetaScheduleSpace
+
+    model, target, history = _dense(tmp_path / "dense.onnx"), resolve_target("llvm"), tmp_path / "h.db"
+    rng = np.random.default_rng(2)
+    ids = {}
+    with open_history(history) as store:
+        store.register_target(target.history_info())
+        for batch, tuner in ((1, "gga"), (4, OTHER_BATCH_TUNER)):
+            _, mod = frontend.load_and_fuse(str(model), input_shapes={"x": (batch, 32)})
+            (layer,) = [l for l in decompose.decompose(mod, batch_size=batch) if l.tunable]
+            space = MetaScheduleSpace(layer.func, target.tvm_target, name=layer.name)
+            store.register_workload(layer.workload_info())
+            ids[batch] = store.add_record(workload_key=layer.workload_key, target_key=target.key, space_id=space.space_id,
+                                          config=space.random_config(rng), samples=[1e-6], status="ok", tuner=tuner)
+    assert main(["compile", str(model), "--input-shape", "x=8x32", "--target", "llvm", "--history", str(history),
+                 "-o", str(tmp_path / "d8.so"), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["schedules"].values()
+    assert entry["schedule"] == OTHER_BATCH and entry["record_id"] == ids[1]  # not batch 4's copy, though nearer
+
+
 def test_another_batchs_winner_spreads_the_batch_over_the_outermost_tiles(tmp_path):
     """The nearest tiling put the extra batch in the threads' and inner tiles: on the H100
     three ResNet-50 convs' batch-1 winners then overran shared memory or registers at
