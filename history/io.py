@@ -541,11 +541,10 @@ def import_json(
     # A file exported before runs travelled (2026-11-27) carries none: its records came
     # in, and `history runs`, `history rm` and compile's batch-norm hint knew nothing of
     # them, unsaid.
-    named = {values["run_id"] for values in fresh if values.get("run_id")}
-    if named:
-        unknown = named - {run["run_id"] for run in store.runs()}
-        if unknown:
-            counts["runs_unknown"] = len(unknown)
+    # (each run looked up by id: store.runs() counts every run's records, a pass over history)
+    unknown = sum(1 for run_id in {values["run_id"] for values in fresh if values.get("run_id")} if store.run(run_id) is None)
+    if unknown:
+        counts["runs_unknown"] = unknown
     return counts
 
 
