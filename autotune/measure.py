@@ -56,6 +56,10 @@ class Measurement:
         return statistics.median(self.samples) if self.status == "ok" and self.samples else None
 
 
+#: MeasureOptions.timing's values
+TIMINGS = ("launches", "queued")
+
+
 @dataclass(frozen=True)
 class MeasureOptions:
     repeat: int = 5
@@ -68,11 +72,19 @@ class MeasureOptions:
     #: Build and time each program once, answering its twins (other candidates that are
     #: the same program) with its result; False times every candidate on its own.
     once_per_program: bool = True
+    #: How a GPU kernel is timed: "launches", TVM's evaluator (back-to-back launches,
+    #: which the host's launch rate paces below some 4 us a kernel); "queued", launches
+    #: queued behind a spin kernel, GPU time alone (:mod:`autotune.queued_timing`; local
+    #: runner only). The same on a CPU.
+    timing: str = "launches"
 
     def __post_init__(self) -> None:
-        from autotune.errors import INT32_MAX, OptionError, check_count, check_flag, quoted
+        from autotune.errors import INT32_MAX, OptionError, check_choice, check_count, check_flag, quoted
 
         check_flag(self.once_per_program, "once_per_program")
+        check_choice(self.timing, "timing", TIMINGS)
+        if self.timing == "queued" and self.rpc is not None:
+            raise OptionError("{timing} 'queued' times in the local runner, not through {rpc} (a server times with TVM's evaluator)", "timing", "rpc")
         if self.rpc is not None and not isinstance(self.rpc, str):
             raise OptionError(f"{{rpc}} must be 'host:port:key', got {quoted(self.rpc)}", "rpc")
         check_count(self.repeat, "repeat", maximum=INT32_MAX)
@@ -296,6 +308,12 @@ class Measurer:
                 max_workers=1, timeout=2 * opts.run_timeout + _RPC_GRACE_S, stderr=subprocess.DEVNULL
             )
             return runner
+        if opts.timing == "queued":
+            from autotune.queued_timing import queued_run_evaluator
+
+            # sent to the worker by reference: it imports this module there
+            return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=self._evaluator,
+                                         f_run_evaluator=queued_run_evaluator)
         return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=self._evaluator)
 
     def _current_runner(self):

@@ -79,11 +79,15 @@ def retime(measurer, space, configs: list[str], rounds: int, seed: int) -> dict[
     timed: dict[str, list[float]] = {text: [] for text in configs}
     rng = np.random.default_rng(seed)
     runnable = [text for text in configs if mods[text] is not None]
+    errors: set[str] = set()
     for _ in range(rounds):
         order = [runnable[i] for i in rng.permutation(len(runnable))]
         for text, res in zip(order, measurer.measure([mods[t] for t in order])):
             if res.latency is not None:
                 timed[text].append(res.latency)
+            elif res.error and res.error not in errors:  # each distinct failure once (a timing that cannot run)
+                errors.add(res.error)
+                log(f"a timing failed ({res.status}): {res.error.strip().splitlines()[-1] if res.error.strip() else ''}")
     return {text: statistics.median(v) if v else None for text, v in timed.items()}
 
 
@@ -94,6 +98,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timings per config, each in its own shuffled round")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept), as the benchmark's")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timing", choices=("launches", "queued"), default="launches",
+                        help="launches: TVM's evaluator, as the benchmark timed; queued: launches queued behind a "
+                             "spin kernel, so the host's launch rate does not pace a few-us kernel (autotune.queued_timing)")
     parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")
     args = parser.parse_args()
     if args.rounds < 1:
@@ -114,7 +121,8 @@ def main() -> int:
     shared_estimate = not result.get("arguments", {}).get("no_shared_memory_estimate", False)
     t0 = time.perf_counter()
     # every timing on its own: a twin of another final is timed again, not answered
-    measurer = Measurer(target, MeasureOptions(repeat=args.repeat, min_repeat_ms=10, once_per_program=False))
+    measurer = Measurer(target, MeasureOptions(repeat=args.repeat, min_repeat_ms=10, once_per_program=False,
+                                                      timing=args.timing))
     rows = []
     try:
         for row in result["layers"]:
@@ -139,7 +147,7 @@ def main() -> int:
     finally:
         measurer.close()
     emit({"benchmark": "final configs timed again, side by side", "results": args.results,
-          "recorded_on": result.get("target"), "retimed_on": target.key, "rounds": args.rounds, "repeat": args.repeat,
+          "recorded_on": result.get("target"), "retimed_on": target.key, "rounds": args.rounds, "repeat": args.repeat, "timing": args.timing,
           "layers": rows, "wall_seconds": round(time.perf_counter() - t0, 1)}, args.out, indent=1)
     return 0
 

@@ -729,6 +729,14 @@ def test_each_tuners_final_configs_are_timed_again_side_by_side(measured_run, tm
         assert all(t is not None and t > 0 for t in again["tuners"][name]["retimed_s"])
     pair = again["pairs"]["xgb/tl_xgb"]
     assert pair["recorded"] == row["xgb/tl_xgb@final_latency_test"] and pair["retimed"]["seeds"] == [2, 2]
+    assert retimed["timing"] == "launches"
+    # timed from queued launches (autotune.queued_timing): on a CPU, TVM's evaluator through it
+    monkeypatch.setattr(sys, "argv", ["retime_finals.py", "--results", str(run_json), "--rounds", "1",
+                                      "--repeat", "2", "--timing", "queued", "--out", str(out)])
+    assert retime_finals.main() == 0
+    queued = json.loads(out.read_text())
+    assert queued["timing"] == "queued"
+    assert all(t is not None and t > 0 for e in queued["layers"][0]["tuners"].values() for t in e["retimed_s"])
     for entry in row["tuners"].values():
         del entry["final_configs"]
     stale = tmp_path / "stale.json"
