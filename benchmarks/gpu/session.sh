@@ -77,8 +77,8 @@
 # time near K is the rounds' tails). The H100's 2.4 worker-seconds a build wait on this.
 #
 # The plan, in order (benchmarks/HISTORY_GUIDED.md, CUDA, sixth session and after);
-# `session.sh plan` runs its open items 10, 9 and 11 (any with ITEMS="...", done ones too) with
-# these arguments (below).
+# `session.sh plan` runs its open items 12, 9 (9c) and 11 (any with ITEMS="...", done ones too)
+# with these arguments (below).
 # Done on 2026-11-26: the targets' nearest neighbours (ResNet-50's conv2d7, conv2d13,
 # conv2d2) deepened from 64 to 256 with cold XGBoost (sixth session), and on that history
 # conv2d3, conv2d1 and the first conv at 100 trials, conv2d3 and conv2d1 also with the
@@ -128,12 +128,28 @@
 #    comparison itself for the session after.
 #      (plan) HISTORY_KEEP=/root/autotune-history/siblings/history_cuda.db ... item 9a: $DEEP, item 7's --source,
 #        the six --targets, --trials 1 --seeds 1 --tuners xgb; item 9: the same with --source resnet18,mobilenetv2 --history-trials 64
+#    Done on 2026-11-28 (twenty-second session): 9a and 9, 2,367 new in 333 s; then
+#    MobileNetV2's conv2d5 on that history, which says nothing of the tuners (its guided
+#    curves timed on a host whose floor is above the baselines' finals: item 12). 9c, the
+#    comparison on the four layers above the floor (conv2d1, conv2d3, conv2d4, conv2d7,
+#    5.6 us and more): about 2,600 new by a replay screen (2,614 of 10,920 answers lacking,
+#    `history_guided_cuda_100trials_four_layers_siblings_screen_session22_replay.json`),
+#    7 to 9 minutes, resumable; a fresh machine redoes 9a and 9 from the file first.
 # 10. First, about a minute: item 8 again, on whatever machine this is (TAG=_plan10
 #    bash benchmarks/gpu/session.sh retime). In the twentieth session MobileNetV2's conv2d5
 #    finals all came back 1.29x to 1.69x the latencies recorded in earlier sessions (4.74 to
 #    5.87 us against 3.20 to 3.67), the other five layers' within 2%. Near 3.5 us again,
 #    it was that machine (the env step now records the host's CPU and the GPU's clocks);
 #    near 4.8 again, it is how retime times them against how the benchmark did.
+# 12. First, about three minutes: the six-layer finals (item 8) timed from launches
+#    queued behind a spin kernel (`--timing queued`, autotune/queued_timing.py; never yet
+#    run on a GPU), then by TVM's evaluator as before, on one machine (TAG=_plan12 and
+#    _plan12b). Item 10 found a floor under TVM's evaluator's timings of few-us kernels
+#    (5.1 us on that session's host, 4.3 on the twentieth's; 3.55 in the benchmark's own
+#    runs): if queued timing works, configs of 5.6 us and more agree with TVM's evaluator
+#    within 2% and MobileNetV2's and the first conv's finals spread out under the floor.
+#    Then decide how few-us layers are timed in the benchmark (their file's timings are
+#    TVM's evaluator's, on the hosts of their sessions).
 # 11. `local_share=0.5` (item 6) on the other five layers, on item 7's history (a replay
 #    screen put it level or behind there; about 1,400 new, 4 to 5 minutes):
 #      HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db TAG=_plan11 bash benchmarks/gpu/session.sh history $DEEP \
@@ -333,8 +349,8 @@ plan)
   # BUDGET seconds for this call (default 560): run the same command call after call. An
   # item cut short resumes from the measurement file; a finished one (its marker beside
   # its history database) is skipped; one that would get under 90 s waits for the next
-  # call. ITEMS picks which (default "10 9 11", run in the order below; "9" runs both of
-  # item 9's steps, 9a and 9). Each item's archive is gpu-history_planN.tgz (item 10's
+  # call. ITEMS picks which (default "12 9 11", run in the order below; "9" runs all of
+  # item 9's steps, 9a, 9 and 9c). Each item's archive is gpu-history_planN.tgz (item 10's
   # gpu-retime_plan10.tgz, 8's gpu-retime_plan8.tgz).
   budget=${BUDGET:-560}
   started=$(date +%s)
@@ -346,7 +362,7 @@ plan)
   item() {  # HISTORY_KEEP=... before it: that item's own history database
     local n=$1 left marks; shift
     marks=$(dirname "${HISTORY_KEEP:-$keep/history_cuda.db}")
-    case " ${ITEMS:-10 9 11} " in *" ${n%a} "*) ;; *) return 0 ;; esac
+    case " ${ITEMS:-12 9 11} " in *" ${n%[a-z]} "*) ;; *) return 0 ;; esac
     if [ -e "$marks/done_plan$n" ]; then echo "plan item $n: finished in an earlier call" | tee -a "$R/steps.txt"; return 0; fi
     left=$(( budget - ($(date +%s) - started) - 20 ))
     if [ "$left" -lt 90 ]; then echo "plan item $n: ${left}s left, for the next call" | tee -a "$R/steps.txt"; return 0; fi
@@ -357,7 +373,11 @@ plan)
       LIMIT=$left TAG=_plan$n bash "$0" "$MODE" "$@"
     fi
   }
-  # item 10 first, a minute: item 8's re-timing again, on this machine
+  # item 12 first, three minutes: the six-layer finals timed from queued launches, then
+  # by TVM's evaluator as before, one after the other on this machine
+  MODE=retime item 12 --timing queued
+  MODE=retime item 12b
+  # item 10 (done), a minute: item 8's re-timing again, on this machine
   MODE=retime item 10
   MODE=retime item 8
   # item 9: the siblings' history in a database of its own; item 7's sources first (from
@@ -367,6 +387,12 @@ plan)
   if [ -e "$keep/siblings/done_plan9a" ]; then
     HISTORY_KEEP=$keep/siblings/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
       item 9 --source resnet18,mobilenetv2 --history-trials 64 --targets "$six" --trials 1 --seeds 1 --tuners xgb
+  fi
+  # item 9c: the comparison on the siblings' history, the four layers above the floor
+  if [ -e "$keep/siblings/done_plan9" ]; then
+    HISTORY_KEEP=$keep/siblings/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
+      item 9c --source resnet18,mobilenetv2 --history-trials 64 --targets resnet18:1,resnet18:3,resnet18:4,resnet18:7 \
+      --exclude resnet18:0,mobilenetv2:5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
   fi
   # item 11, and item 7 (done): on item 7's history, in its own database
   HISTORY_KEEP=$keep/at112/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
