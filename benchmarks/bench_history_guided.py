@@ -41,7 +41,7 @@ from _emit import description, emit, out_file, positive_int, run_main  # noqa: E
 from history_guided.history_setup import build_history, copy_database, layers_to_complete, priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.lockstep import Run, lockstep  # noqa: E402
-from history_guided.measurers import APPROXIMATION_WORDS, CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
+from history_guided.measurers import LAUNCHES, APPROXIMATION_WORDS, CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
 from history_guided.progress import log  # noqa: E402
 from history_guided.scoring import (  # noqa: E402
     TOLERANCES,
@@ -89,6 +89,10 @@ def main() -> int:
                         help="tuners to compare; NAME:KEY=VALUE;... passes options (e.g. tl_xgb:transfer=joint)")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--measurements", help="JSON-lines file of every measurement: read first, appended to, so a run cut short resumes")
+    parser.add_argument("--timing", choices=("launches", "queued"), default="launches",
+                        help="how the comparison times GPU kernels: TVM's evaluator (launches, as every recorded run) or "
+                             "launches queued behind a spin kernel (queued: autotune.queued_timing; the history is timed "
+                             "and answered as launches still); a measurement file's lines answer only runs of their timing")
     parser.add_argument("--replay", metavar="FILE",
                         help="answer every measurement from this measurement file (no hardware); an existing --history-db is "
                              "used as it is, a new one is built from the file as the recorded run built it")
@@ -134,7 +138,7 @@ def main() -> int:
         if not args.history_db:
             raise SystemExit("--replay needs the history it ran with: --history-db of an existing database, "
                              "or of a new one to build from the file with the run's --source and --history-trials")
-        keys = ReplayMeasurer.targets_in(args.replay)
+        keys = ReplayMeasurer.targets_in(args.replay, args.timing)
         replay_key = args.replay_target or (keys[0] if len(keys) == 1 else None)
         if replay_key not in keys:
             raise SystemExit(f"--replay-target must be one of the file's targets: {', '.join(keys) or 'none found'}")
@@ -145,8 +149,9 @@ def main() -> int:
         # History is filed under the recorded device: the replay must match against it
         # exactly as the recorded run did (another device's records count less).
         target = dataclasses.replace(target, device_name=device)
-        cm = ReplayMeasurer(args.replay, replay_key, approximate=args.approximate)
+        cm = ReplayMeasurer(args.replay, replay_key, approximate=args.approximate, timing=args.timing)
         log(f"replaying {cm.loaded} measurements on {replay_key} from {args.replay}")
+        history_cm = cm if args.timing == LAUNCHES else ReplayMeasurer(args.replay, replay_key, approximate=args.approximate)
     else:
         from autotune.errors import AutotuneError
         from autotune.tune import ensure_measurable
@@ -162,9 +167,12 @@ def main() -> int:
     for spec in tuners:  # a misspelt tuner or option ends the run here, not after the history is built
         make_run_tuner(spec, spaces[0], targets[0][1], seed=0, priors=[])
     if cm is None:
-        cm = CachedMeasurer(target, args.repeat, args.measurements)
-        if cm.loaded:
-            log(f"{cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
+        # History is timed as it always was (launches); with --timing queued the comparison's
+        # measurer starts once the history is built, so that one build pool runs at a time.
+        history_cm = CachedMeasurer(target, args.repeat, args.measurements)
+        if history_cm.loaded:
+            log(f"{history_cm.loaded} earlier measurements on {target.key} read from {args.measurements}")
+        cm = history_cm if args.timing == LAUNCHES else None
     # Kept out of history and matching: recorded with the result, since a replay that keeps
     # out other layers draws on another history and gives other guided curves.
     kept_out = [*args.targets.split(","), *filter(None, (args.exclude or "").split(","))]
@@ -180,20 +188,23 @@ def main() -> int:
         db = copy_database(db, scratch.name)
     store = None if fresh_db else open_history(db)
     if args.replay:  # before a new database is written
-        must_hold = {layer.workload_key: f"{model}:{layer.name}" for model, layer in targets}
-        must_hold.update({layer.workload_key: f"--source {spec}: {layer.name}" for spec in args.source.split(",")
-                          for layer in layers_to_complete(store, target, [spec], args.size, args.history_trials, exclude)})
-        cm.check_holds(must_hold)
+        cm.check_holds({layer.workload_key: f"{model}:{layer.name}" for model, layer in targets})
+        history_cm.check_holds({layer.workload_key: f"--source {spec}: {layer.name}" for spec in args.source.split(",")
+                                for layer in layers_to_complete(store, target, [spec], args.size, args.history_trials, exclude)})
     if store is None:
         store = open_history(db)
     # An earlier run's history is the same evidence: only what it lacks is measured (or,
     # in a replay, answered from the file; answers it lacks are counted as approximated).
-    made_by = build_history(store, target, cm, args.source.split(","), args.size, args.history_trials,
+    made_by = build_history(store, target, history_cm, args.source.split(","), args.size, args.history_trials,
                             seed=args.history_seed, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch,
                             space_options=space_options)
     n_hist = made_by.total()
     t_hist = time.perf_counter() - t_start
-    log(f"history: {n_hist} records in {t_hist:.0f} s, {', '.join(kept_out)} kept out ({cm.cost_summary()})")
+    log(f"history: {n_hist} records in {t_hist:.0f} s, {', '.join(kept_out)} kept out ({history_cm.cost_summary()})")
+    if cm is None:  # measured, --timing queued: the history's measurer done, the comparison's begins
+        history_cm.close()
+        cm = CachedMeasurer(target, args.repeat, args.measurements, timing=args.timing)
+        log(f"the comparison times from queued launches ({cm.loaded} earlier such measurements read)")
 
     per_layer = []
 
@@ -218,7 +229,8 @@ def main() -> int:
             "history": {"models": args.source, "records": n_hist, "tuner": args.history_tuner, "made_by": dict(made_by),
                         "seconds": round(t_hist, 1), "kept_out": kept_out,
                         **({"other_target_discount": args.other_target_discount} if args.other_target_discount is not None else {})},
-            "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured, "wall_seconds": round(time.perf_counter() - t_start, 1),
+            "distinct_measurements": cm.measured + cm.loaded, "measured_this_run": cm.measured + (history_cm.measured if history_cm is not cm else 0),
+            **({"timing": args.timing} if args.timing != LAUNCHES else {}), "wall_seconds": round(time.perf_counter() - t_start, 1),
             **({"measure_seconds": {k: round(v, 1) for k, v in cost.items()}} if (cost := cm.cost_seconds()) else {}),
             **({"measure_twins": twins} if (twins := cm.twins()) is not None else {}),
             **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked,

@@ -88,6 +88,38 @@ def test_measurement_file_answers_a_resumed_run(tmp_path):
     assert last["config"] == config_to_json(cfgs[2]) and last["target"] == target.key
 
 
+def test_lines_of_one_timing_answer_only_runs_of_that_timing(tmp_path):
+    """Few-us GPU kernels time differently from queued launches than by TVM's evaluator,
+    so a measurement file keeps them apart: a queued run writes its lines with their
+    timing, reads only those, and a run or replay of TVM's evaluator never sees them."""
+    target, space, cfgs = _space_and_configs(2, seed=3)
+    path = tmp_path / "measurements.jsonl"
+    plain = CachedMeasurer(target, repeat=1, path=str(path))
+    try:
+        plain.measure("mm", space, cfgs[:1])
+    finally:
+        plain.close()
+    queued = CachedMeasurer(target, repeat=1, path=str(path), timing="queued")
+    try:
+        assert queued.loaded == 0  # the evaluator's line is not an answer here
+        got = queued.measure("mm", space, cfgs)
+    finally:
+        queued.close()
+    assert queued.measured == 2 and all(r.ok for r in got)
+    lines = [json.loads(ln) for ln in path.read_text().splitlines()]
+    assert ["timing" in ln for ln in lines] == [False, True, True]  # the evaluator's lines keep their old form
+    assert {ln["timing"] for ln in lines[1:]} == {"queued"}
+    again = CachedMeasurer(target, repeat=1, path=str(path))
+    try:
+        assert again.loaded == 1
+    finally:
+        again.close()
+    assert ReplayMeasurer(str(path), target.key).loaded == 1
+    replay = ReplayMeasurer(str(path), target.key, timing="queued")
+    assert replay.loaded == 2 and [r.latency for r in replay.measure("mm", space, cfgs)] == [r.latency for r in got]
+    assert ReplayMeasurer.targets_in(str(path), "queued") == [target.key]
+
+
 def test_tuner_specs_carry_options_and_pair_with_their_baseline():
     """Variants run side by side (``tl_xgb:transfer=joint``); each guided variant is
     compared with the baseline that has the same options."""

@@ -150,6 +150,13 @@
 #    within 2% and MobileNetV2's and the first conv's finals spread out under the floor.
 #    Then decide how few-us layers are timed in the benchmark (their file's timings are
 #    TVM's evaluator's, on the hosts of their sessions).
+# 13. Only if item 12 shows queued timing works: the two floor-bound layers (MobileNetV2's
+#    conv2d5, the first conv) on item 9's siblings history, every tuner timed from queued
+#    launches on this one host (`--timing queued`: the history is answered from the file
+#    as TVM's evaluator timed it; the comparison's lines say "timing": "queued" and answer
+#    only queued runs). All new: some 1,500 measurements a layer, 7 to 10 minutes for both,
+#    resumable. ITEMS="13" on a machine that ran item 9; on a fresh one ITEMS="9 13",
+#    whose 9a and 9 are answered from the file in a minute or two (and 9c runs too).
 # 11. `local_share=0.5` (item 6) on the other five layers, on item 7's history (a replay
 #    screen put it level or behind there; about 1,400 new, 4 to 5 minutes):
 #      HISTORY_KEEP=/root/autotune-history/at112/history_cuda.db TAG=_plan11 bash benchmarks/gpu/session.sh history $DEEP \
@@ -393,6 +400,12 @@ plan)
     HISTORY_KEEP=$keep/siblings/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
       item 9c --source resnet18,mobilenetv2 --history-trials 64 --targets resnet18:1,resnet18:3,resnet18:4,resnet18:7 \
       --exclude resnet18:0,mobilenetv2:5 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16
+  fi
+  # item 13 (asked for by name): the floor-bound layers timed from queued launches
+  if [ -e "$keep/siblings/done_plan9" ]; then
+    HISTORY_KEEP=$keep/siblings/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \
+      item 13 --source resnet18,mobilenetv2 --history-trials 64 --targets mobilenetv2:5,resnet18:0 \
+      --exclude resnet18:1,resnet18:3,resnet18:4,resnet18:7 --tuners xgb,tl_xgb,ga:pop_size=16,gga:pop_size=16 --timing queued
   fi
   # item 11, and item 7 (done): on item 7's history, in its own database
   HISTORY_KEEP=$keep/at112/history_cuda.db MEASUREMENTS_KEEP=$keep/measurements_cuda.jsonl \

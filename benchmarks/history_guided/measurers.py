@@ -9,6 +9,19 @@ import json
 import os
 import time
 
+#: How TVM's evaluator timed every line written before 2026-11-28 (lines of another
+#: timing say theirs: ``"timing": "queued"``, :mod:`autotune.queued_timing`).
+LAUNCHES = "launches"
+
+
+def timing_of(rec: dict) -> str:
+    """How a measurement line was timed. Few-microsecond kernels time differently by the
+    two ways (the host paces back-to-back launches), so a file's lines answer only runs
+    that time as they were timed."""
+    timing = rec.get("timing", LAUNCHES)
+    return timing if isinstance(timing, str) else LAUNCHES
+
+
 #: Each replay approximation (``--approximate``) as a sentence says it.
 APPROXIMATION_WORDS = {"nearest": "the nearest measured config", "model": "a surrogate model of the measured configs"}
 
@@ -23,10 +36,11 @@ class CachedMeasurer:
     never code; a line cut short by a killed run is skipped.
     """
 
-    def __init__(self, target, repeat: int = 3, path: str | None = None):
+    def __init__(self, target, repeat: int = 3, path: str | None = None, timing: str = LAUNCHES):
         from autotune.measure import MeasureOptions, Measurer
 
-        self.measurer = Measurer(target, MeasureOptions(repeat=repeat, min_repeat_ms=10))
+        self.measurer = Measurer(target, MeasureOptions(repeat=repeat, min_repeat_ms=10, timing=timing))
+        self.timing = timing  # the file's lines of another timing neither answer nor are answered
         self.target_key = target.key
         self.cache: dict[tuple[str, str], tuple[float | None, str]] = {}
         self.measured = 0
@@ -43,7 +57,7 @@ class CachedMeasurer:
                 self._torn = not line.endswith("\n")
                 try:
                     rec = json.loads(line)
-                    if rec["target"] == self.target_key:
+                    if rec["target"] == self.target_key and timing_of(rec) == self.timing:
                         self.cache[(rec["layer"], rec["config"])] = (rec["latency"], rec["status"])
                         self.loaded += 1
                 except (ValueError, KeyError, TypeError):
@@ -54,8 +68,9 @@ class CachedMeasurer:
         self.cache.update(kept)
         self.measured += measured
         if self.path and kept:
+            timing = {} if self.timing == LAUNCHES else {"timing": self.timing}  # older lines' form kept
             lines = [json.dumps({"target": self.target_key, "layer": layer, "config": config,
-                                 "latency": latency, "status": status}) + "\n"
+                                 "latency": latency, "status": status, **timing}) + "\n"
                      for (layer, config), (latency, status) in kept]
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write("\n" * self._torn + "".join(lines))
@@ -173,7 +188,7 @@ class ReplayMeasurer:
     far as that count is small, and exact for the tuners and seeds that made the file.
     """
 
-    def __init__(self, path: str, target_key: str, approximate: str = "nearest"):
+    def __init__(self, path: str, target_key: str, approximate: str = "nearest", timing: str = LAUNCHES):
         from autotune.search.replay import APPROXIMATIONS
 
         if approximate not in APPROXIMATIONS:
@@ -181,7 +196,8 @@ class ReplayMeasurer:
         self.approximate = approximate
         self.tables: dict[str, list[dict]] = {}
         self.target_key = target_key
-        for rec in records(path):
+        self.timing = timing
+        for rec in records(path, timing=timing):
             if rec["target"] == target_key:
                 self.tables.setdefault(rec["layer"], []).append(
                     {"config": rec["config"], "latency_median": rec["latency"], "status": rec["status"]})
@@ -193,8 +209,8 @@ class ReplayMeasurer:
         self._benches: dict[str, object] = {}
 
     @staticmethod
-    def targets_in(path: str) -> list[str]:
-        return sorted({rec["target"] for rec in records(path)})
+    def targets_in(path: str, timing: str = LAUNCHES) -> list[str]:
+        return sorted({rec["target"] for rec in records(path, timing=timing)})
 
     def measure(self, layer_key: str, space, configs):
         from autotune.search.replay import ReplayBench
@@ -278,12 +294,13 @@ class ReplayMeasurer:
         pass
 
 
-def records(path: str, *, parse_configs: bool = True, lines: tuple[int, int | None] | None = None):
+def records(path: str, *, parse_configs: bool = True, lines: tuple[int, int | None] | None = None,
+            timing: str = LAUNCHES):
     """The measurement file's records, each config parsed (or, without ``parse_configs``,
     as the file writes it); a line that is not a whole record (a run killed mid-write) is
     skipped. ``lines``: only lines ``start`` to ``stop`` (zero-based, stop excluded; None:
-    to the end), e.g. what one session appended, or the file as it stood before. Data
-    only: json.loads, nothing run."""
+    to the end), e.g. what one session appended, or the file as it stood before.
+    ``timing``: only lines timed so (:func:`timing_of`). Data only: json.loads, nothing run."""
     start, stop = lines if lines is not None else (0, None)
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh):
@@ -293,6 +310,8 @@ def records(path: str, *, parse_configs: bool = True, lines: tuple[int, int | No
                 break
             try:
                 rec = json.loads(line)
+                if timing_of(rec) != timing:
+                    continue
                 yield {"target": rec["target"], "layer": rec["layer"],
                        "config": json.loads(rec["config"]) if parse_configs else str(rec["config"]),
                        "latency": rec["latency"], "status": rec["status"]}
