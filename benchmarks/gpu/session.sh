@@ -318,7 +318,7 @@ retime)
   # configs (default the six-layer table's, made by exact replay here; about a minute).
   db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
   mkdir -p "$(dirname "$db")"
-  step env 30 bash -c "nvidia-smi -L; $host_info"
+  step env 30 bash -c "nvidia-smi -L; $host_info; $py -c 'import cuda.bindings; print(\"cuda-bindings\", cuda.bindings.__version__)'"
   if step retime "${LIMIT:-300}" $py benchmarks/retime_finals.py --results "${RESULTS:-benchmarks/gpu/finals_h100_six_layers.json}" \
       --target cuda --rounds "${ROUNDS:-3}" --out "$R/retimed_finals_cuda${TAG:-}.json" "$@"; then
     touch "$(dirname "$db")/done${TAG:-}"  # finished: `plan` skips it in later calls
