@@ -33,8 +33,8 @@ WAITS = r"plan item {}: (39|40)s left, for the next call"  # 60 s less 20 in han
 
 
 def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
-    lines = _plan(tmp_path, BUDGET="60")  # the open items: 10, then 9's first step, then 11
-    assert len(lines) == 3 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip(("10", "9a", "11"), lines))
+    lines = _plan(tmp_path, BUDGET="60")  # the open items: 12's two re-timings, then 9's first step, then 11
+    assert len(lines) == 4 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip(("12", "12b", "9a", "11"), lines))
     lines = _plan(tmp_path, BUDGET="60", ITEMS="1 2 3")  # done items run again when picked
     assert len(lines) == 3 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((1, 2, 3), lines))
 
@@ -42,8 +42,9 @@ def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
 def test_a_finished_item_is_skipped_and_items_can_be_picked(tmp_path):
     keep = tmp_path / "keep"
     keep.mkdir()
-    (keep / "done_plan10").touch()  # what `retime` with TAG=_plan10 leaves beside the database
-    assert _plan(tmp_path, BUDGET="60")[0] == "plan item 10: finished in an earlier call"
+    (keep / "done_plan12").touch()  # what `retime` with TAG=_plan12 leaves beside the database
+    lines = _plan(tmp_path, BUDGET="60")
+    assert lines[0] == "plan item 12: finished in an earlier call" and re.fullmatch(WAITS.format("12b"), lines[1])
     (keep / "done_plan2").touch()  # what a `history` run with TAG=_plan2 leaves when it finishes
     lines = _plan(tmp_path, BUDGET="60", ITEMS="8 2")
     assert re.fullmatch(WAITS.format(8), lines[0]) and lines[1:] == ["plan item 2: finished in an earlier call"]
@@ -54,6 +55,11 @@ def test_a_finished_item_is_skipped_and_items_can_be_picked(tmp_path):
     (keep / "siblings" / "done_plan9a").touch()
     lines = _plan(tmp_path, BUDGET="60", ITEMS="9")
     assert lines[0] == "plan item 9a: finished in an earlier call" and re.fullmatch(WAITS.format(9), lines[1])
+    assert len(lines) == 2  # 9c (and 13, asked for) wait for the siblings' history
+    (keep / "siblings" / "done_plan9").touch()
+    lines = _plan(tmp_path, BUDGET="60", ITEMS="9 13")
+    assert lines[:2] == ["plan item 9a: finished in an earlier call", "plan item 9: finished in an earlier call"]
+    assert re.fullmatch(WAITS.format("9c"), lines[2]) and re.fullmatch(WAITS.format(13), lines[3])
     # items 7 and 11 share item 7's database, and their markers there
     (keep / "at112").mkdir()
     (keep / "at112" / "done_plan7").touch()
