@@ -117,6 +117,9 @@ class QueuedTimer:
         self._spin = spin
         self._iters_per_s = 0.0
         self.clock = time.perf_counter  # the host's enqueuing is timed by it
+        #: batches timed, batches done again on a longer spin, and batches never queued
+        #: ahead after MAX_RETRIES (their timing an upper bound): what a check reports
+        self.counts = {"batches": 0, "retried": 0, "not_ahead": 0}
 
     def _spin_iterations(self, seconds: float) -> int:
         if self._iters_per_s <= 0:  # calibrate once: 2^16 iterations, timed alone
@@ -148,8 +151,12 @@ class QueuedTimer:
                 self._iters_per_s = iters / spun_s
             timing = BatchTiming(gpu_s / launches, host_s / launches, spun_s, queued_ahead(host_s, spun_s))
             if timing.ahead:
+                self.counts["batches"] += 1
                 return timing
+            self.counts["retried"] += 1
             spin_s = max(2 * spun_s, spin_seconds_for(launches, timing.host_per_launch_s))
+        self.counts["batches"] += 1
+        self.counts["not_ahead"] += 1
         return timing  # still not ahead: an upper bound, as time_evaluator's would be
 
     def time(self, f: Callable, args: Sequence[Any], *, number: int, repeat: int, min_repeat_ms: float) -> list[float]:

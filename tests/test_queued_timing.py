@@ -85,6 +85,7 @@ def test_a_spin_the_host_outlasts_is_doubled_and_the_batch_done_again() -> None:
     result = timer.batch(gpu.kernel, (), launches, host_per_launch_s=3e-6)
     assert result.ahead and result.per_launch_s == pytest.approx(2e-6, rel=1e-3)
     assert len(spins) >= 2 and spins[-1] > 2 * spins[0]  # done again, on a longer spin
+    assert timer.counts["retried"] >= 1 and timer.counts["not_ahead"] == 0
     assert result.host_per_launch_s == pytest.approx(12e-6, rel=0.01)
 
 
@@ -136,3 +137,23 @@ def test_the_measurer_times_through_the_queued_evaluator_on_a_cpu_as_tvm_does() 
         MeasureOptions(timing="fast")
     with pytest.raises(OptionError, match="local runner"):
         MeasureOptions(timing="queued", rpc="127.0.0.1:9190:gpu")
+
+
+def test_the_gpu_check_refuses_a_machine_without_one_and_builds_its_kernels_for_cuda(monkeypatch):
+    """``benchmarks/gpu/queued_check.py`` (the GPU plan's item 12a) ends with one line here;
+    its elementwise kernels schedule and compile for CUDA without a GPU."""
+    import sys
+    from pathlib import Path
+
+    tvm = pytest.importorskip("tvm")
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.syspath_prepend(str(root / "gpu"))
+    import queued_check
+
+    monkeypatch.setattr(sys, "argv", ["queued_check.py"])
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        queued_check.main()
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
+    source = tvm.compile(queued_check.elementwise(1 << 12), target=target).mod.imports[0].inspect_source()
+    assert "threadIdx.x" in source and "blockIdx.x" in source

@@ -33,8 +33,8 @@ WAITS = r"plan item {}: (39|40)s left, for the next call"  # 60 s less 20 in han
 
 
 def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
-    lines = _plan(tmp_path, BUDGET="60")  # the open items: 12's two re-timings, then 9's first step, then 11
-    assert len(lines) == 4 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip(("12", "12b", "9a", "11"), lines))
+    lines = _plan(tmp_path, BUDGET="60")  # the open items: 12's check and two re-timings, then 9's first step, then 11
+    assert len(lines) == 5 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip(("12a", "12", "12b", "9a", "11"), lines))
     lines = _plan(tmp_path, BUDGET="60", ITEMS="1 2 3")  # done items run again when picked
     assert len(lines) == 3 and all(re.fullmatch(WAITS.format(n), line) for n, line in zip((1, 2, 3), lines))
 
@@ -42,9 +42,11 @@ def test_items_that_would_not_get_their_time_wait_for_the_next_call(tmp_path):
 def test_a_finished_item_is_skipped_and_items_can_be_picked(tmp_path):
     keep = tmp_path / "keep"
     keep.mkdir()
-    (keep / "done_plan12").touch()  # what `retime` with TAG=_plan12 leaves beside the database
+    (keep / "done_plan12a").touch()  # what `queued` with TAG=_plan12a leaves beside the database
+    (keep / "done_plan12").touch()  # and `retime` with TAG=_plan12
     lines = _plan(tmp_path, BUDGET="60")
-    assert lines[0] == "plan item 12: finished in an earlier call" and re.fullmatch(WAITS.format("12b"), lines[1])
+    assert lines[:2] == ["plan item 12a: finished in an earlier call", "plan item 12: finished in an earlier call"]
+    assert re.fullmatch(WAITS.format("12b"), lines[2])
     (keep / "done_plan2").touch()  # what a `history` run with TAG=_plan2 leaves when it finishes
     lines = _plan(tmp_path, BUDGET="60", ITEMS="8 2")
     assert re.fullmatch(WAITS.format(8), lines[0]) and lines[1:] == ["plan item 2: finished in an earlier call"]

@@ -42,6 +42,7 @@
 #   bash benchmarks/gpu/session.sh nvrtc     # NVRTC with and without the build workers' header cache
 #   bash benchmarks/gpu/session.sh builds    # what a candidate build is made of: compile, NVRTC, link, pool waiting
 #   bash benchmarks/gpu/session.sh retime    # each tuner's final configs timed again side by side (RESULTS, ROUNDS)
+#   bash benchmarks/gpu/session.sh queued    # queued timing against TVM's evaluator, 2 to 100 us kernels (20 s)
 #   BUDGET=540 bash benchmarks/gpu/session.sh plan  # the plan's open items in order, call after call
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
@@ -141,7 +142,8 @@
 #    5.87 us against 3.20 to 3.67), the other five layers' within 2%. Near 3.5 us again,
 #    it was that machine (the env step now records the host's CPU and the GPU's clocks);
 #    near 4.8 again, it is how retime times them against how the benchmark did.
-# 12. First, about three minutes: the six-layer finals (item 8) timed from launches
+# 12. First, about three minutes: 12a, queued timing against TVM's evaluator on one
+#    elementwise kernel of 2 to 100 us (`session.sh queued`, 20 s); then the six-layer finals (item 8) timed from launches
 #    queued behind a spin kernel (`--timing queued`, autotune/queued_timing.py; never yet
 #    run on a GPU), then by TVM's evaluator as before, on one machine (TAG=_plan12 and
 #    _plan12b). Item 10 found a floor under TVM's evaluator's timings of few-us kernels
@@ -190,8 +192,8 @@ shift || true
 # before any folder is made: `session.sh --help` made /tmp/autotune-gpu/--help
 case "$mode" in
   -h|--help) sed -n '2,/^set -u/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
-  check|history|ceiling|bnfold|rpc|primitives|nvrtc|builds|retime|zoo|plan|half) ;;
-  *) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | zoo | plan | half)"; exit 2 ;;
+  check|history|ceiling|bnfold|rpc|primitives|nvrtc|builds|retime|queued|zoo|plan|half) ;;
+  *) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | queued | zoo | plan | half)"; exit 2 ;;
 esac
 dest=${OUT:-/tmp/autotune-gpu-out}
 R=${WORK_DIR:-/tmp/autotune-gpu}/$mode  # each mode's work (logs, the archive's contents)
@@ -324,6 +326,16 @@ retime)
     touch "$(dirname "$db")/done${TAG:-}"  # finished: `plan` skips it in later calls
   fi
   ;;
+queued)
+  # Queued timing against TVM's evaluator on one elementwise kernel from 2^8 to 2^24 floats
+  # (benchmarks/gpu/queued_check.py, about 20 s): the plan's item 12a, before its re-timings.
+  db=${HISTORY_KEEP:-/root/autotune-history/history_cuda.db}
+  mkdir -p "$(dirname "$db")"
+  step env 30 bash -c "nvidia-smi -L; $host_info; $py -c 'import cuda.bindings; print(\"cuda-bindings\", cuda.bindings.__version__)'"
+  if step queued_check "${LIMIT:-120}" $py benchmarks/gpu/queued_check.py --out "$R/queued_check${TAG:-}.json"; then
+    touch "$(dirname "$db")/done${TAG:-}"
+  fi
+  ;;
 half)
   # Half precision on the GPU (README, "Half-precision models", 2026-11-27): float16 zoo
   # models compiled with TVM's defaults against the same models in float32, then
@@ -382,6 +394,7 @@ plan)
   }
   # item 12 first, three minutes: the six-layer finals timed from queued launches, then
   # by TVM's evaluator as before, one after the other on this machine
+  MODE=queued item 12a
   MODE=retime item 12 --timing queued
   MODE=retime item 12b
   # item 10 (done), a minute: item 8's re-timing again, on this machine
@@ -424,6 +437,6 @@ plan)
   item 6 --targets resnet18:4 --exclude resnet18:0,resnet18:1,resnet18:3,resnet18:7,mobilenetv2:5 \
     --tuners "xgb,tl_xgb,tl_xgb:local_share=0.5"
   ;;
-*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | zoo | plan | half)"; exit 2 ;;
+*) echo "unknown mode $mode (check | history | ceiling | bnfold | rpc | primitives | nvrtc | builds | retime | queued | zoo | plan | half)"; exit 2 ;;
 esac
 pack
