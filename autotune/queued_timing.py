@@ -76,11 +76,14 @@ class BatchTiming:
 class _CudaEvents:
     """Driver-API events on the stream TVM launches on (the legacy default stream)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device_index: int = 0) -> None:
         from cuda.bindings import driver as cu
 
         self._cu = cu
         self._check(cu.cuInit(0))  # TVM's runtime has; harmless again
+        if not int(self._check(cu.cuCtxGetCurrent())):  # no context on this thread yet: the one TVM uses
+            ctx = self._check(cu.cuDevicePrimaryCtxRetain(self._check(cu.cuDeviceGet(device_index))))
+            self._check(cu.cuCtxSetCurrent(ctx))
         # CUDA 13 made cuEventElapsedTime_v2 the one to call; older bindings have the first
         self._elapsed_ms = getattr(cu, "cuEventElapsedTime_v2", None) or cu.cuEventElapsedTime
         self.stream = cu.CUstream(0)
@@ -106,15 +109,17 @@ class QueuedTimer:
     def __init__(self, device, *, events=None, spin: Callable | None = None) -> None:
         """``events`` and ``spin`` stand in for the CUDA ones (a simulated GPU's, in tests)."""
         self.device = device
-        self.events = events if events is not None else _CudaEvents()
         self._spin_arg = None
         if spin is None:
             import tvm
 
             major, minor = str(device.compute_version).split(".")
             spin = spin_module(f"sm_{major}{minor}")["spin"]
+            # first: TVM's allocation makes the device's primary context current, which
+            # the driver-API events are created in
             self._spin_arg = tvm.runtime.empty((1,), "float32", device)
         self._spin = spin
+        self.events = events if events is not None else _CudaEvents(device.index)
         self._iters_per_s = 0.0
         self.clock = time.perf_counter  # the host's enqueuing is timed by it
         #: batches timed, batches done again on a longer spin, and batches never queued
