@@ -511,6 +511,8 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     meta_tmp = tmp + ".json"
     try:
         executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}), **({"cc": cc} if cc else {}))
+        if metadata.get("target_kind", "llvm") == "llvm":
+            _check_loads(tmp, out)
         # the description names its module by content: another model's description of the
         # same shapes (copied beside it) was taken as this one's
         metadata = {**metadata, "module_sha256": file_sha256(tmp)}
@@ -526,6 +528,21 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
             raise
         raise AutotuneError(f"exporting {out} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err}") from None
     return out
+
+
+def _check_loads(path: str, out) -> None:
+    """A CPU module is loaded back before it is written out: TVM exported a module it
+    then could not load (a model whose weight had a dimension of size 0: "Invalid DLTensor
+    file format"), and compile had said it wrote it. (A CUDA module may be built where no
+    GPU is to load it on.)"""
+    import tvm
+
+    try:
+        tvm.runtime.load_module(path)
+    except Exception as err:
+        lines = str(err).strip().splitlines()
+        raise AutotuneError(f"exporting {out} failed: TVM wrote a module it cannot load back "
+                            f"({lines[-1] if lines else type(err).__name__}); nothing was written") from None
 
 
 def output_info(mod, names: list[str]) -> list[dict[str, Any]]:

@@ -78,7 +78,9 @@ class Layer:
 
     @property
     def tunable(self) -> bool:
-        return self.op_class in TUNABLE_CLASSES
+        # an output of size 0 computes nothing, and its loops cannot be tiled (a tune
+        # ended in TVM's "Cannot tile a loop with 0 or negative extent" traceback)
+        return self.op_class in TUNABLE_CLASSES and 0 not in self.output
 
     @property
     def arithmetic_intensity(self) -> float:

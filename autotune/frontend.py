@@ -169,12 +169,15 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             if not sep or not name:
                 raise ValueError
             shape = tuple(int(d) for d in dims.lower().replace(",", "x").split("x") if d != "")
-            if not shape or any(d <= 0 for d in shape):
+            if not shape or any(d < 0 for d in shape):
                 raise ValueError
         except ValueError:
             raise AutotuneError(
                 f"bad --input-shape {item!r}: expected NAME=DxDx..., e.g. input=1x3x224x224"
             ) from None
+        if 0 in shape:  # read as a format error, which it is not
+            raise AutotuneError(f"bad --input-shape {item!r}: every dimension must be at least 1 (an input of size 0 "
+                                "holds no data to compile for)")
         if name in shapes and shapes[name] != shape:  # the last one given won, unsaid
             from autotune.decompose import shape_text
 
@@ -244,7 +247,9 @@ def load_model(
                                     "end): copy it again") from None
             raise AutotuneError(f"{model} is not an ONNX model ({type(err).__name__}: {first_line(err)})") from None
         if not proto.graph.node:
-            raise AutotuneError(f"{model} is not an ONNX model (it holds no graph nodes)")
+            if path.stat().st_size == 0:
+                raise AutotuneError(f"{model} is an empty file, not an ONNX model")
+            raise AutotuneError(f"{model} holds no graph nodes: an ONNX model with nothing to compute, nothing to compile")
         # a file name that is not UTF-8 (bytes Python carries as surrogates) could not be
         # written to history as the model's name: a traceback at the run's start
         name, source = _printable(path.stem), str(path.resolve())
@@ -307,7 +312,7 @@ def _short_external_data(path: Path) -> str | None:
 def _shape_text(dims) -> str:
     """An ONNX input's shape as the model declares it: ``batchx3xHxW`` (an unnamed
     dynamic dimension is ``?``); every one read ``N`` before."""
-    return "x".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims)
+    return "x".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or "?") for d in dims)
 
 
 #: The largest dimension an input may have: TVM's loop extents are 32-bit (2^31 + 10
@@ -345,6 +350,13 @@ def _pin_shapes(
         for d in ttype.shape.dim:
             if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append(d.dim_value)
+            elif d.HasField("dim_value") and d.dim_value == 0:
+                # declared 0, not dynamic: "dynamic" sent the user to --input-shape, which refuses 0
+                raise InputShapeError(
+                    f"input {quoted_text(repr(inp.name))} has a dimension of size 0 ({quoted_text(_shape_text(ttype.shape.dim))}): "
+                    f"it holds no data, and autotune compiles models whose inputs do; give it a size with "
+                    f"{{input_shapes}} {quoted_text(inp.name)}=...", "input_shapes",
+                )
             else:
                 raise OptionError(
                     f"input {quoted_text(repr(inp.name))} has a dynamic shape ({quoted_text(_shape_text(ttype.shape.dim))}); "

@@ -20,6 +20,11 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(os.path.expanduser(os.fspath(path)))
     if not path.exists():
         raise AutotuneError(f"module not found: {path}")
+    if path.is_dir():  # it had said the directory's description was missing
+        raise AutotuneError(f"{path} is a directory, not a module (a .so that 'autotune compile' writes)")
+    if path.suffix.lower() == ".onnx":
+        raise AutotuneError(f"{path} is an ONNX model, not a compiled module: 'autotune compile {path} -o "
+                            f"{path.with_suffix('.so').name}' makes one to run")
     meta_path = sidecar(path)
     if not meta_path.exists() and path.is_symlink() and sidecar(path.resolve()).exists():
         meta_path = sidecar(path.resolve())  # `latest.so -> v3.so`: the description is v3.so's
@@ -355,7 +360,14 @@ def onnx_reference(model_path_or_proto, inputs: dict[str, np.ndarray]) -> list[n
         try:
             # with the evaluator's own slips corrected (autotune.reference_ops): it called
             # correct LRN and opset-11 softmax modules wrong
-            return [np.asarray(o) for o in ReferenceEvaluator(proto, new_ops=corrected_ops(proto)).run(None, inputs)]
+            with memory_capped() as cap:
+                return [np.asarray(o) for o in ReferenceEvaluator(proto, new_ops=corrected_ops(proto)).run(None, inputs)]
+        except MemoryError:
+            raise AutotuneError(
+                "the ONNX reference evaluator ran out of memory computing this model's outputs"
+                + (f" ({cap.limit_bytes / 2**30:.1f} GB was available to it)" if cap.limit_bytes else "")
+                + ": check it on smaller inputs, or run it without --check"
+            ) from None
         except RuntimeError as err:
             newer = _opset_the_evaluator_has(str(err))
             if newer is None or newer in tried:
@@ -365,6 +377,53 @@ def onnx_reference(model_path_or_proto, inputs: dict[str, np.ndarray]) -> list[n
                 proto = version_converter.convert_version(proto, newer)
             except Exception:
                 raise err from None
+
+
+class memory_capped:
+    """Within it, this process may grow by what the machine has available, no more: an
+    allocation past that raises MemoryError. The reference evaluator is plain numpy,
+    and unbounded (a 3x3 conv on an 8192x8192 image took it past 23 GB in `run --check`,
+    and the kernel's OOM killer ended the process, and any other, without a word).
+    Linux only (``/proc``); elsewhere, and where the limit cannot be set, no cap."""
+
+    def __init__(self) -> None:
+        self.limit_bytes = 0
+        self._old = None
+
+    def __enter__(self) -> "memory_capped":
+        try:
+            import resource
+
+            available = _meminfo_bytes("MemAvailable")
+            with open("/proc/self/statm", encoding="ascii") as fh:
+                size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            old = resource.getrlimit(resource.RLIMIT_AS)
+            limit = size + int(0.9 * available)
+            if available <= 0 or (old[0] != resource.RLIM_INFINITY and old[0] <= limit):
+                return self
+            resource.setrlimit(resource.RLIMIT_AS, (limit, old[1]))
+            self._old, self.limit_bytes = old, int(0.9 * available)
+        except (ImportError, OSError, ValueError):
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, self._old)
+
+
+def _meminfo_bytes(field: str) -> int:
+    """A ``/proc/meminfo`` figure in bytes (0 where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _opset_the_evaluator_has(message: str) -> int | None:

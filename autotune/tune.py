@@ -139,6 +139,13 @@ def load_layers(
     return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequences_carry_batch_second), batch_norm)
 
 
+#: A whole-model timing runs the model this often at least (a warm-up, three repeats);
+#: where its layers' known timings sum past MODEL_TIMING_LIMIT_S for that many runs, it
+#: is skipped with a note (:meth:`TuneSession._model_too_slow_to_time`).
+MODEL_RUNS_TIMED = 4
+MODEL_TIMING_LIMIT_S = 120.0
+
+
 class TuneSession:
     """One ``autotune tune`` run: owns the measurer, history, tracker and reporter."""
 
@@ -307,14 +314,16 @@ class TuneSession:
                     f"note: run {run['run_id']} (pid {run['params']['pid']}) is measuring on this machine too: timings "
                     "taken together run slower, and history keeps them"
                 )
-            if opts.model_latency:
-                self.reporter.stage("timing the model with TVM's defaults")
-                self._time_model(report, "model_latency_before", mod, layers, use_history=False)
             outcomes.update((l.name, self._reuse(l)) for l in tunable if l.name in reused)
             if pending:
                 self.reporter.stage(f"timing TVM's default schedule of {len(pending)} layer{'s' if len(pending) != 1 else ''}")
             for layer in pending:  # what an untried layer costs now, to weigh it against the others
                 progress[layer.name].default_s = self.default_latency(layer)
+            # after the layers' own timings, which the run timeout bounds: they say whether
+            # the whole model, timed in this process with no timeout, can be timed at all
+            if opts.model_latency:
+                self.reporter.stage("timing the model with TVM's defaults")
+                self._time_model(report, "model_latency_before", mod, layers, use_history=False)
             by_name = {l.name: l for l in pending}
             report["schedule"] = []  # [layer, trials] per chunk, in the order given
             while (chunk := self._next_chunk(schedule, progress, by_name, probing)) is not None:
@@ -407,7 +416,14 @@ class TuneSession:
 
     def _time_model(self, report: dict[str, Any], key: str, mod, layers, *, use_history: bool) -> None:
         """``report[key]`` = the model's latency; a failure must not lose the tune, so it
-        leaves ``None`` there and its reason under ``model_latency_errors[key]``."""
+        leaves ``None`` there and its reason under ``model_latency_errors[key]``. So does
+        a model too slow to time (:meth:`_model_too_slow_to_time`)."""
+        too_slow = self._model_too_slow_to_time(layers, use_history=use_history)
+        if too_slow:
+            report[key] = None
+            report.setdefault("model_latency_errors", {})[key] = too_slow
+            self.reporter.message(f"model latency not measured: {too_slow}; --no-model-latency skips it without a word")
+            return
         try:
             report[key], changed = self._model_latency(mod, layers, use_history=use_history)
             if use_history:  # the layers the timed module runs other than TVM's defaults
@@ -419,6 +435,35 @@ class TuneSession:
             report[key] = None
             report.setdefault("model_latency_errors", {})[key] = reason
             self.reporter.message(f"model latency not measured: {reason}")
+
+    def _model_too_slow_to_time(self, layers, *, use_history: bool) -> str | None:
+        """Why the whole model is not timed, or None. It is timed in this process, a warm-up
+        and three runs at least, with no timeout, and native code does not stop for Ctrl-C
+        or SIGTERM: a 20000^2 matmul's untuned loop nest ran on for over ten minutes, deaf
+        to both, where its layer's own timings had each stopped at the run timeout. So a
+        layer whose TVM default ran past that timeout (and, after tuning, has nothing
+        faster in history) skips it, as do layers whose known timings sum past
+        :data:`MODEL_TIMING_LIMIT_S` for those four runs."""
+        from autotune.compile import default_space_id
+
+        space_id = default_space_id(self.target)
+        timeout = self.options.measure.run_timeout
+        total = 0.0
+        for layer in layers:
+            best = self.store.fastest(layer.workload_key, self.target.key, limit=1) if use_history else []
+            defaults = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id)
+            timed = [r.latency_median for r in defaults if r.status == "ok" and r.latency_median]
+            latency = best[0].latency_median if best else (timed[-1] if timed else None)
+            if latency is None:
+                if any(r.status == "timeout" for r in defaults):
+                    return (f"{layer.name} ran past the {timeout:g} s run timeout with TVM's default schedule, and the "
+                            "whole model is timed with no timeout")
+                continue
+            total += layer.occurrences * latency
+        if MODEL_RUNS_TIMED * total > MODEL_TIMING_LIMIT_S:
+            return (f"its layers take {total:.1f} s a run as timed, and the whole model's timing runs it "
+                    f"{MODEL_RUNS_TIMED} times at least, with no timeout")
+        return None
 
     def _model_latency(self, mod, layers, *, use_history: bool) -> tuple[float, list[str]]:
         """Whole-model latency on the device (the ``--rpc`` server's, if given), default

@@ -756,6 +756,14 @@ def test_run_module_without_sidecar(capsys, env):
     _user_error(capsys, ["run", "fake.so"], contains=("fake.so.json",))
 
 
+def test_run_given_a_directory_or_an_onnx_model_says_what_it_was_given(capsys, env, dyn_model):
+    """Both had said their description (``X.json``) was missing."""
+    (env / "plaindir").mkdir()
+    _user_error(capsys, ["run", "plaindir"], contains=("plaindir is a directory, not a module",))
+    _user_error(capsys, ["run", dyn_model], contains=("dyn.onnx is an ONNX model, not a compiled module: 'autotune compile",
+                                                     "-o dyn.so' makes one to run"))
+
+
 def test_compile_into_missing_directory_makes_it(capsys, env, dyn_model):
     """As zoo export does; a compile that fails first leaves no empty directory."""
     before = _listing(env)
@@ -797,6 +805,34 @@ def test_an_input_shape_the_model_cannot_take_is_one_line_and_nothing_else(capfd
     out, err = capfd.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1, (out, err)
     assert err.startswith("autotune: error: ") and "TVM's ONNX frontend failed at MatMul" in err
+
+
+def test_a_check_whose_reference_runs_out_of_memory_is_one_line(capsys, env, monkeypatch):
+    """ONNX's reference evaluator is unbounded numpy: a 3x3 conv on an 8192x8192 image
+    took it past 23 GB and the kernel's OOM killer ended `run --check` without a word.
+    It now may grow by what the machine has available and no more: here, as if 150 MB
+    were, a 1024x1024 conv (about 600 MB to the evaluator) ends in one line, and the
+    process's memory limit is as it was."""
+    import resource
+
+    from autotune import run as run_module
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "W")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])], "c",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1024, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1024, 1024])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "conv.onnx")
+    assert main(["compile", "conv.onnx", "--target", "llvm", "-o", "conv.so"]) == 0
+    capsys.readouterr()
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with monkeypatch.context() as m:
+        m.setattr(run_module, "_meminfo_bytes", lambda field: 150 * 2**20)
+        _user_error(capsys, ["run", "conv.so", "--check", "conv.onnx", "--repeat", "1"],
+                    contains=("the ONNX reference evaluator ran out of memory computing this model's outputs (0.1 GB "
+                              "was available to it): check it on smaller inputs, or run it without --check",))
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    assert main(["run", "conv.so", "--check", "conv.onnx", "--repeat", "1", "--json"]) == 0  # with what is there: checked
+    assert json.loads(capsys.readouterr().out)["check"]["ok"]
 
 
 def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, env, dyn_model):

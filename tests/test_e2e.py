@@ -556,6 +556,65 @@ def test_model_timing_failure_keeps_the_tune_and_says_why(workdir, capsys, monke
     assert f"not measured: {reason}" in format_table(report)
 
 
+def test_a_model_too_slow_to_time_is_not_timed_and_the_tune_says_why(workdir, capsys, monkeypatch):
+    """The whole model is timed in-process with no timeout, where native code heeds no
+    Ctrl-C: a layer whose TVM default ran past the run timeout (injected: nothing here is
+    that slow) skips the timing before tuning, and layers whose timings sum past the limit
+    skip both timings; the model is then never built for timing, and the tune goes on."""
+    from autotune import compile as compiler
+    from autotune import tune as tune_module
+    from autotune.compile import default_space_id
+
+    model = _small_cnn(workdir / "slow.onnx")
+
+    def tune(name: str) -> dict:
+        code = main([
+            "tune", str(model), "--target", "llvm", "--trials", "4", "--batch", "4", "--tuner", "random",
+            "--history", str(workdir / f"{name}.db"), "--no-mlflow", "--no-verify", "--quiet", "--json",
+            "--out-dir", str(workdir / f"{name}-run"),
+        ])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return json.loads(out.strip().splitlines()[-1])
+
+    slow: list[str] = []
+    real_default = tune_module.TuneSession.default_latency
+
+    def timed_out(self, layer):  # the first layer's TVM default ran past the run timeout
+        if slow and layer.name != slow[0]:
+            return real_default(self, layer)
+        slow.append(layer.name)
+        self.store.add_record(workload_key=layer.workload_key, target_key=self.target.key,
+                              space_id=default_space_id(self.target), config={}, samples=[], status="timeout",
+                              error="timeout: killed after 30 s", run_id=self.run_id, tuner="default")
+        return None
+
+    with monkeypatch.context() as m:
+        m.setattr(tune_module.TuneSession, "default_latency", timed_out)
+        report = tune("timeout")
+    assert report["model_latency_before"] is None
+    reason = report["model_latency_errors"]["model_latency_before"]
+    assert reason.startswith(f"{slow[0]} ran past the 30 s run timeout with TVM's default schedule")
+    # after tuning, the model is timed if that layer has a timing of its own now, else not
+    tuned_slow = next(layer for layer in report["layers"] if layer["name"] == slow[0])
+    if tuned_slow.get("best_latency"):
+        assert report["model_latency_after"] is not None
+    else:
+        assert report["model_latency_after"] is None and report["model_latency_errors"]["model_latency_after"] == reason
+    assert sum(layer["trials"] for layer in report["layers"]) == 4
+
+    def never(mod, target):
+        raise AssertionError("the model was built to be timed")
+
+    monkeypatch.setattr(tune_module, "MODEL_TIMING_LIMIT_S", 1e-12)
+    monkeypatch.setattr(compiler, "build", never)
+    report = tune("sum")
+    assert report["model_latency_before"] is None and report["model_latency_after"] is None
+    for reason in report["model_latency_errors"].values():
+        assert "a run as timed, and the whole model's timing runs it 4 times at least" in reason
+    assert sum(layer["trials"] for layer in report["layers"]) == 4
+
+
 def _twin_convs(path: Path, *, first_only: bool = False) -> Path:
     """conv+relu, then the same convolution with a residual add: twin layers (one conv
     shape, two epilogues), as every ResNet block has them. ``first_only``: the conv+relu

@@ -209,8 +209,59 @@ def test_text_file_is_not_onnx(tmp_path):
 def test_empty_file_is_not_onnx(tmp_path):
     path = tmp_path / "empty.onnx"
     path.write_bytes(b"")
-    with pytest.raises(AutotuneError, match="is not an ONNX model"):
+    with pytest.raises(AutotuneError, match="empty.onnx is an empty file, not an ONNX model$"):
         load_model(str(path))
+
+
+def test_a_model_with_no_nodes_is_said_to_have_nothing_to_compute(tmp_path):
+    """A valid ONNX model whose output is its input had been told it was no ONNX model."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    path = _save(tmp_path / "none.onnx", [], [x], [x])
+    with pytest.raises(AutotuneError, match="none.onnx holds no graph nodes: an ONNX model with nothing to compute"):
+        load_model(path)
+
+
+def test_a_size_0_input_is_named_so_not_dynamic(tmp_path):
+    """1x0x8x8 was "a dynamic shape", and the --input-shape it advised refused the 0 as a
+    format error; each now says what it is."""
+    path = _save(tmp_path / "zero.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 0, 8, 8])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 0, 8, 8])])
+    with pytest.raises(AutotuneError) as exc:
+        load_model(path)
+    msg = exc.value.spelled(lambda name: "--input-shape")
+    assert msg == ("input 'x' has a dimension of size 0 (1x0x8x8): it holds no data, and autotune compiles models "
+                   "whose inputs do; give it a size with --input-shape x=...")
+    with pytest.raises(AutotuneError, match=r"bad --input-shape 'x=1x0x8x8': every dimension must be at least 1"):
+        parse_input_shapes(["x=1x0x8x8"])
+    assert load_model(path, input_shapes={"x": (1, 2, 8, 8)}).input_shapes == {"x": (1, 2, 8, 8)}
+
+
+def test_an_output_of_size_0_is_no_layer_to_tune_and_its_export_is_refused(tmp_path, capsys):
+    """4x8 @ 8x0: the tune stopped in TVM's "Cannot tile a loop with 0 or negative extent"
+    traceback; and compile wrote a module TVM could not load ("Invalid DLTensor file
+    format") and said it had. Now the layer is not tunable, and compile loads a CPU
+    module back before writing it, refusing with one line and writing nothing."""
+    from autotune.cli import main
+    from autotune.tune import load_layers
+
+    w = numpy_helper.from_array(np.zeros((8, 0), np.float32), "W")
+    path = _save(tmp_path / "zero_out.onnx", [helper.make_node("MatMul", ["x", "W"], ["y"])],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 0])], [w])
+    (layer,) = load_layers(path).layers
+    assert layer.output == [4, 0] and not layer.tunable
+    history = str(tmp_path / "h.db")
+    code = main(["tune", path, "--target", "llvm", "--trials", "2", "--history", history, "--no-mlflow",
+                 "--out-dir", str(tmp_path / "run")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "zero_out has no tunable layer" in " ".join((out + err).split())
+    module = tmp_path / "out" / "zero_out.so"
+    assert main(["compile", path, "--target", "llvm", "--history", history, "-o", str(module)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"autotune: error: exporting {module} failed: TVM wrote a module it cannot load back (")
+    assert "\n" not in err and not module.exists() and not list(module.parent.glob("*.so*"))
 
 
 def test_directory_is_refused(tmp_path):
