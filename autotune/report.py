@@ -277,6 +277,23 @@ def _unused_trials(report: Mapping[str, Any]) -> str | None:
     return f"{budget - used:.0f} of {budget:.0f} trials unused{why}"
 
 
+def _trials_on_small_layers(report: Mapping[str, Any]) -> str | None:
+    """Where this run's trials all went to layers that hold a sliver of the model's time,
+    history covering the rest, the caption says so: the whole budget had gone to a layer
+    of 0.2%, every other reused, with nothing said that a smaller one would have done."""
+    layers = [l for l in report.get("layers") or [] if isinstance(l, Mapping)]
+    tried = [l for l in layers if (_num(l.get("trials")) or 0) > 0]
+    if not tried or not any(l.get("dispatch") == "exact" for l in layers):
+        return None
+    shares = {row["name"]: row["share"] for row in summary_rows(report)}
+    held = [shares.get(l.get("name")) for l in tried]
+    if any(share is None for share in held) or sum(held) >= NOISE_SHARE:
+        return None
+    trials = sum(_num(l.get("trials")) or 0 for l in tried)
+    return (f"the {trials:.0f} trials went to layers holding {sum(held) * 100:.2g}% of the model's time, history's "
+            "winners the rest: a smaller --trials would have done")
+
+
 def budget_ran_out(layer: Mapping[str, Any]) -> bool:
     """The layer got no trials because the budget did not reach it (not an exact hit)."""
     return layer.get("budget") == 0 and layer.get("dispatch") != "exact"
@@ -347,6 +364,9 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     unused = _unused_trials(report)
     if unused:
         caption += f"  {unused}"
+    small = _trials_on_small_layers(report)
+    if small:
+        caption += f"  {small}"
     errors = report.get("model_latency_errors")
     if isinstance(errors, Mapping) and errors:
         caption += f"  (not measured: {next(iter(errors.values()))})"

@@ -191,6 +191,23 @@ def test_format_table_says_how_many_trials_went_unused_and_why() -> None:
             "history covers the others (`--min-trials N`") in caption
 
 
+def test_format_table_says_when_the_trials_went_to_a_sliver_of_the_model() -> None:
+    """Every layer but one reused from history, and the whole budget spent on a layer of
+    0.2% of the model's time: the caption says a smaller budget would have done; it says
+    nothing where the tuned layers hold more, or where nothing was reused."""
+    report = make_report()
+    conv, dense = report["layers"]
+    conv.update(dispatch="exact", trials=0, tuner="reuse", best_latency=0.05)
+    dense.update(trials=64)  # 0.12 ms against the conv's 2 x 50 ms: 0.12% of the time
+    caption = " ".join(format_table(report).split())
+    assert ("the 64 trials went to layers holding 0.12% of the model's time, history's winners the rest: a smaller "
+            "--trials would have done") in caption
+    conv.update(best_latency=0.00021)  # the dense layer now holds 22%
+    assert "a smaller --trials" not in format_table(report)
+    conv.update(best_latency=0.05, dispatch="cold", trials=1, tuner="xgb")  # nothing reused
+    assert "a smaller --trials" not in format_table(report)
+
+
 def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
     report = make_report()
     conv, dense = report["layers"]
