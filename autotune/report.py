@@ -370,6 +370,13 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     errors = report.get("model_latency_errors")
     if isinstance(errors, Mapping) and errors:
         caption += f"  (not measured: {next(iter(errors.values()))})"
+    others = report.get("concurrent_runs")
+    if isinstance(others, list) and others:
+        # the run that started first heard of the other only in report.json, and read 0.58x
+        # for a model its twin run, with the same schedules, read 1.48x
+        caption += (f"  {'another run' if len(others) == 1 else f'{len(others)} other runs'} measured on this machine "
+                    f"meanwhile ({', '.join(map(str, others[:3]))}{', ...' if len(others) > 3 else ''}): its timings, "
+                    "these too, ran slower")
     spent = report.get("measure_seconds")
     if isinstance(spent, Mapping) and any(_num(v) for v in spent.values()):
         caption += f"  measuring: build {_num(spent.get('build')) or 0:.0f} s, run {_num(spent.get('run')) or 0:.0f} s"

@@ -208,6 +208,18 @@ def test_format_table_says_when_the_trials_went_to_a_sliver_of_the_model() -> No
     assert "a smaller --trials" not in format_table(report)
 
 
+def test_format_table_says_when_another_run_measured_meanwhile() -> None:
+    """Of two tunes started together, the first heard of the second only in report.json:
+    its caption read 0.58x for a model the other, with the same schedules, read 1.48x."""
+    report = make_report()
+    assert "meanwhile" not in format_table(report)
+    report["concurrent_runs"] = ["c72a1a5a8563"]
+    caption = " ".join(format_table(report).split())
+    assert "another run measured on this machine meanwhile (c72a1a5a8563): its timings, these too, ran slower" in caption
+    report["concurrent_runs"] = ["a1", "b2", "c3", "d4"]
+    assert "4 other runs measured on this machine meanwhile (a1, b2, c3, ...)" in " ".join(format_table(report).split())
+
+
 def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
     report = make_report()
     conv, dense = report["layers"]
