@@ -603,7 +603,8 @@ def compile_model(
         model, input_shapes=input_shapes, size=size, batch_size=batch_size, batch_norm=batch_norm
     )
     layers = decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequences_carry_batch_second)
-    say(f"applying history's schedules to {len(layers)} layers")
+    tunable = sum(layer.tunable for layer in layers)  # as tune counts them (a reshape had made 19 of 18)
+    say(f"applying history's schedules to {tunable} layers")
     history_key = history_target_key(store, target)
     mod, applied = apply_history(mod, layers, target, store, target_key=history_key)
     hint = history_layering_hint(store, spec, target_key=history_key, batch_norm=batch_norm)
@@ -643,7 +644,7 @@ def compile_model(
         "model": spec.name,
         "target": target.key,
         "history_target": history_key,
-        "layers": len(layers),
+        "layers": tunable,
         "tuned_layers": applied.tuned,
         "other_batch_layers": applied.other_batch,
         "thin_layers": applied.thin,
