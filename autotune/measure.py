@@ -56,7 +56,7 @@ class Measurement:
         return statistics.median(self.samples) if self.status == "ok" and self.samples else None
 
 
-#: MeasureOptions.timing's values
+#: MeasureOptions.timing's values, the first the default (TVM's evaluator)
 TIMINGS = ("launches", "queued")
 
 
@@ -76,7 +76,7 @@ class MeasureOptions:
     #: which the host's launch rate paces below some 4 us a kernel); "queued", launches
     #: queued behind a spin kernel, GPU time alone (:mod:`autotune.queued_timing`; local
     #: runner only). The same on a CPU.
-    timing: str = "launches"
+    timing: str = TIMINGS[0]
 
     def __post_init__(self) -> None:
         from autotune.errors import INT32_MAX, OptionError, check_choice, check_count, check_flag, quoted

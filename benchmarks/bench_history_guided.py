@@ -41,7 +41,7 @@ from _emit import description, emit, out_file, positive_int, run_main  # noqa: E
 from history_guided.history_setup import build_history, copy_database, layers_to_complete, priors_for  # noqa: E402
 from history_guided.layers import layer_at  # noqa: E402
 from history_guided.lockstep import Run, lockstep  # noqa: E402
-from history_guided.measurers import LAUNCHES, APPROXIMATION_WORDS, CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
+from history_guided.measurers import LAUNCHES, APPROXIMATION_WORDS, TIMINGS, CachedMeasurer, ReplayMeasurer, check_best  # noqa: E402
 from history_guided.progress import log  # noqa: E402
 from history_guided.scoring import (  # noqa: E402
     TOLERANCES,
@@ -89,7 +89,7 @@ def main() -> int:
                         help="tuners to compare; NAME:KEY=VALUE;... passes options (e.g. tl_xgb:transfer=joint)")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept)")
     parser.add_argument("--measurements", help="JSON-lines file of every measurement: read first, appended to, so a run cut short resumes")
-    parser.add_argument("--timing", choices=("launches", "queued"), default="launches",
+    parser.add_argument("--timing", choices=TIMINGS, default=TIMINGS[0],
                         help="how the comparison times GPU kernels: TVM's evaluator (launches, as every recorded run) or "
                              "launches queued behind a spin kernel (queued: autotune.queued_timing; the history is timed "
                              "and answered as launches still); a measurement file's lines answer only runs of their timing")

@@ -34,6 +34,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _emit import description, emit, out_file, run_main  # noqa: E402
 from history_guided.layers import model_layers  # noqa: E402
 from history_guided.progress import log  # noqa: E402
+
+from autotune.measure import TIMINGS  # noqa: E402
 from history_guided.recorded import recorded_space  # noqa: E402
 from history_guided.scoring import final_latency_test, final_latency_verdict  # noqa: E402
 
@@ -98,7 +100,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timings per config, each in its own shuffled round")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats per measurement (median kept), as the benchmark's")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timing", choices=("launches", "queued"), default="launches",
+    parser.add_argument("--timing", choices=TIMINGS, default=TIMINGS[0],
                         help="launches: TVM's evaluator, as the benchmark timed; queued: launches queued behind a "
                              "spin kernel, so the host's launch rate does not pace a few-us kernel (autotune.queued_timing)")
     parser.add_argument("--out", type=out_file, help="also write the JSON result here (missing folders are made)")

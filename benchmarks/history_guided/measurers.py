@@ -9,9 +9,11 @@ import json
 import os
 import time
 
+from autotune.measure import TIMINGS
+
 #: How TVM's evaluator timed every line written before 2026-11-28 (lines of another
 #: timing say theirs: ``"timing": "queued"``, :mod:`autotune.queued_timing`).
-LAUNCHES = "launches"
+LAUNCHES = TIMINGS[0]
 
 
 def timing_of(rec: dict) -> str:
