@@ -164,7 +164,7 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
     _check_model_size(size, batch_size)
     spec = _target(target)
     rpc = opts.measure.rpc
-    ensure_measurable(spec, rpc)
+    ensure_measurable(spec, rpc, opts.measure.timing)
     if rpc:  # the server's hardware names the records and shapes the code
         from autotune.remote import remote_target
 

@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=int, default=20, metavar="MS",
                    help="each repeat calls the kernel until it has run this long (default 20)")
     p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on devices registered with an RPC tracker (IPv6: [::1]:9190:KEY)")
+    # checked by MeasureOptions, which names the choices: no argparse copy of them
+    p.add_argument("--timing", default="launches", metavar="HOW",
+                   help="how a CUDA candidate is timed: launches, back to back by TVM's evaluator (default; the host's "
+                   "launch rate paces kernels of a few microseconds), or queued behind a spin kernel, GPU time alone "
+                   "(CUDA only; each record says which)")
     p.add_argument("--run-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="a candidate that takes longer (with --rpc: its whole session) counts as a timeout (default 30)")
     p.add_argument("--no-verify", action="store_true", help="skip the numerical check of each layer's winner")
@@ -257,7 +262,7 @@ def cmd_tune(args) -> int:
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
         high=args.high, low=args.low, batch_norm=args.batch_norm, budget_split=args.budget_split, probes=args.probes,
-        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=args.rpc, run_timeout=args.run_timeout,
+        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=args.rpc, timing=args.timing, run_timeout=args.run_timeout,
     )
     if args.json:
         # the table's figures (share of the measured time, GFLOP/s, roofline) beside the
@@ -635,7 +640,8 @@ def cmd_history_show(args) -> int:
     for r in recs:
         lat = format_latency(r.latency_median)
         # a twin's timing is another config's, whose program it compiled to
-        marks = " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin)) if on)
+        # queued: timed behind a spin kernel, GPU time alone (a few-us kernel reads lower so)
+        marks = " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin), ("queued", r.timing == "queued")) if on)
         # the run that made it: where a shared history's record came from (`history runs` says whose)
         print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner or '-':<{wu}} {(r.run_id or '-')[:12]:<12} {r.target_key:<24} {marks:<13} "
               f"{(r.error or '')[:60]}")
@@ -657,8 +663,9 @@ def cmd_history_best(args) -> int:
         print(json.dumps([_record_dict(b) for b in bests]))
     else:
         for b in bests:
+            timed = ", timed queued" if b.timing == "queued" else ""
             print(f"{b.target_key}: {format_latency(b.latency_median)} (record #{b.id}, {b.tuner}, run {b.run_id or '-'}, "
-                  f"{b.space_id})\n  {json.dumps(b.config)}")
+                  f"{b.space_id}{timed})\n  {json.dumps(b.config)}")
     return 0
 
 

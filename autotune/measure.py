@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from autotune import build_worker
 from autotune.errors import interrupts_held, threads_started_deaf_to_ctrl_c
+from autotune.history.models import RECORD_TIMINGS
 from autotune.target import TargetSpec
 
 #: The build pool is recycled (PopenPool leaks slowly) once it has built this many
@@ -56,8 +57,9 @@ class Measurement:
         return statistics.median(self.samples) if self.status == "ok" and self.samples else None
 
 
-#: MeasureOptions.timing's values, the first the default (TVM's evaluator)
-TIMINGS = ("launches", "queued")
+#: MeasureOptions.timing's values, the first the default (TVM's evaluator): history's, as
+#: each record says how it was timed
+TIMINGS = RECORD_TIMINGS
 
 
 @dataclass(frozen=True)

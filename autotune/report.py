@@ -384,6 +384,11 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         reused = sum(_num(v) or 0 for v in twins.values()) if isinstance(twins, Mapping) else 0
         if reused:
             caption += f", {reused:.0f} twin program{'' if reused == 1 else 's'} answered unmeasured"
+    options = report.get("options")
+    measure = options.get("measure") if isinstance(options, Mapping) else None
+    if isinstance(measure, Mapping) and measure.get("timing") == "queued":
+        # its few-microsecond layers read lower than a tune timed by TVM's evaluator would
+        caption += "  candidates timed queued behind a spin kernel (GPU time alone)"
     if report.get("history_was_empty"):
         caption += f"  history was empty: {_history_path(report.get('history'))}"
     if report.get("run_id"):

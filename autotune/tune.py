@@ -97,12 +97,17 @@ def _score(value) -> str:
     return f"{value:g}" if _is_number(value) else quoted(value)
 
 
-def ensure_measurable(target: TargetSpec, rpc: str | None) -> None:
+def ensure_measurable(target: TargetSpec, rpc: str | None, timing: str = "launches") -> None:
     """Tuning measures: refuse early, before anything is written, when it cannot.
 
     With ``rpc``, the tracker is asked now whether a server is registered under the key:
     finding out inside the runner costs minutes of failed trials, or hangs for good.
+    ``timing`` "queued" is for CUDA kernels: elsewhere it would time as TVM's evaluator
+    does while history recorded it as queued.
     """
+    if timing == "queued" and target.kind != "cuda":
+        raise OptionError(f"{{timing}} queued times CUDA kernels, behind a spin kernel on the GPU; on {target.kind} "
+                          "TVM's evaluator is not paced by kernel launches: leave {timing} out", "timing")
     if rpc:
         from autotune.measure import check_rpc
 
@@ -207,7 +212,7 @@ class TuneSession:
                 raise OptionError(
                     f"the model was loaded with {{batch_norm}} {model.batch_norm}, the tune asks for {opts.batch_norm}", "batch_norm"
                 )
-        ensure_measurable(self.target, opts.measure.rpc)
+        ensure_measurable(self.target, opts.measure.rpc, opts.measure.timing)
         keep_interrupts_through_tvm()  # Ctrl-C from here on stops the tune, wherever TVM is
         self._interrupts = interrupt_mark()
         if not isinstance(model, LoadedModel):
@@ -770,7 +775,9 @@ class TuneSession:
         from autotune.defaults import default_schedule
 
         space_id = default_space_id(self.target)
-        known = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id, status="ok")
+        # timed as this run times: a few-microsecond default reads lower queued than launched
+        known = self.store.records(workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id, status="ok",
+                                   timing=self.options.measure.timing)
         if known:
             return known[-1].latency_median
         try:
@@ -782,7 +789,7 @@ class TuneSession:
         self.store.add_record(
             workload_key=layer.workload_key, target_key=self.target.key, space_id=space_id, config={},
             samples=res.samples, status=res.status, error=res.error, run_id=self.run_id, tuner="default", verified=True if res.status == "ok" else None,
-            twin=res.twin,
+            twin=res.twin, timing=self.options.measure.timing,
         )
         return res.latency
 
@@ -836,7 +843,7 @@ class TuneSession:
             self.store.add_record(
                 workload_key=layer.workload_key, target_key=self.target.key, space_id=space.space_id, config=configs[i],
                 samples=res.samples, status=res.status, error=res.error, run_id=self.run_id, tuner=tuner_name,
-                twin=res.twin,
+                twin=res.twin, timing=self.options.measure.timing,
             )
             results[i] = TrialResult(configs[i], res.latency, res.status)
         return [r for r in results if r is not None], len(slots)

@@ -24,7 +24,7 @@ from sqlalchemy import insert, select, update
 
 from . import schema
 from .errors import HistoryError
-from .models import RECORD_STATUSES, RUN_STATUSES, TargetInfo, WorkloadInfo, canonical_json, sample_stats
+from .models import RECORD_STATUSES, RECORD_TIMINGS, RUN_STATUSES, TargetInfo, WorkloadInfo, canonical_json, sample_stats
 from .store import _PG_IMPORT_LOCK, HistoryStore
 
 FORMAT = "autotune-history"
@@ -48,6 +48,7 @@ def _record_to_json(rec: Any) -> dict[str, Any]:
         "error": rec.error,
         "verified": rec.verified,
         "twin": rec.twin,
+        "timing": rec.timing,
         "run_id": rec.run_id,
         "tuner": rec.tuner,
         "created_at": rec.created_at,
@@ -327,6 +328,10 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise _Invalid(f"{where}.repeats: {repeats} is not what its samples give ({len(samples)})")
     if status == "ok" and median is None:
         raise _Invalid(f"{where}: status 'ok' needs a latency (samples or latency_median)")
+    # files before 2026-12-07 have none: TVM's evaluator timed every record then
+    timing = _get(item, where, "timing", (str,), required=False, default=RECORD_TIMINGS[0])
+    if timing not in RECORD_TIMINGS:
+        raise _Invalid(f"{where}.timing: {timing!r} is not one of {', '.join(RECORD_TIMINGS)}")
     return {
         "workload_key": _get(item, where, "workload_key", (str,)),
         "target_key": _get(item, where, "target_key", (str,)),
@@ -338,6 +343,7 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
         "error": _get(item, where, "error", (str,), required=False, nullable=True),
         "verified": _get(item, where, "verified", (bool,), required=False, nullable=True),
         "twin": _get(item, where, "twin", (bool,), required=False, default=False),
+        "timing": timing,
         "run_id": _get(item, where, "run_id", (str,), required=False, nullable=True),
         "tuner": _get(item, where, "tuner", (str,), required=False, default="") or "",
         "created_at": created_at,
@@ -514,6 +520,7 @@ def import_json(
                     tuner=rec["tuner"],
                     verified=rec["verified"],
                     twin=rec["twin"],
+                    timing=rec["timing"],
                     stats=rec["stats"],
                     created_at=rec["created_at"],
                 )

@@ -18,6 +18,11 @@ OTHER_BATCH_TUNER = "other batch"
 RECORD_STATUSES: tuple[str, ...] = ("ok", "build_error", "run_error", "timeout", "wrong_result", "invalid")
 #: Every status a tuning run may carry.
 RUN_STATUSES: tuple[str, ...] = ("running", "finished", "failed", "killed")
+#: How a record's samples were timed: "launches" back to back by TVM's evaluator (every
+#: record before 2026-12-07, and every CPU record), or "queued" behind a spin kernel so
+#: that the host's launch rate does not pace them (``autotune.queued_timing``, CUDA only).
+#: Few-microsecond kernels time lower queued; configs of 6 us and more agree within 2%.
+RECORD_TIMINGS: tuple[str, ...] = ("launches", "queued")
 #: Error texts are cut to this many characters: compiler logs can be megabytes.
 MAX_ERROR_CHARS = 4000
 
@@ -123,6 +128,8 @@ class Record:
     created_at: str
     #: Its samples are another config's, whose program this config compiled to.
     twin: bool = False
+    #: How its samples were timed: one of :data:`RECORD_TIMINGS`.
+    timing: str = RECORD_TIMINGS[0]
 
     @property
     def ok(self) -> bool:

@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 #: Nullable columns added since without a version bump (an older autotune reads and
 #: writes a file that has them): added when a file without them is opened for writing,
 #: and left out of queries of one opened read-only.
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"records": ("twin",)}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"records": ("twin", "timing")}
 
 metadata = MetaData()
 
@@ -93,6 +93,10 @@ records = Table(
     # (autotune.program_digest), not timed itself; NULL: timed, or recorded before
     # twins were marked. Added to older files when they are opened for writing.
     Column("twin", Boolean, nullable=True),
+    # How it was timed, where not by TVM's evaluator (NULL: "launches", back to back, as
+    # every record before 2026-12-07 was): "queued" behind a spin kernel, GPU time alone
+    # (autotune.queued_timing). The two read few-microsecond CUDA kernels differently.
+    Column("timing", String(16), nullable=True),
     # Not a foreign key: records imported from another machine name runs we do not have.
     Column("run_id", String(256), nullable=True, index=True),
     Column("tuner", String(128), nullable=False, default=""),

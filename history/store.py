@@ -47,6 +47,7 @@ from .models import (
     MAX_ERROR_CHARS,
     OTHER_BATCH_TUNER,
     RECORD_STATUSES,
+    RECORD_TIMINGS,
     RUN_STATUSES,
     Record,
     TargetInfo,
@@ -539,9 +540,11 @@ class HistoryStore:
         tuner: str = "",
         verified: bool | None = None,
         twin: bool = False,
+        timing: str = RECORD_TIMINGS[0],
     ) -> int:
         """Store one measurement (committed at once); stats are computed from ``samples`` (seconds).
-        ``twin``: the samples are those of another config that compiled to the same program."""
+        ``twin``: the samples are those of another config that compiled to the same program;
+        ``timing``: how they were timed (:data:`RECORD_TIMINGS`)."""
         values = self._record_values(
             space_id=space_id,
             config=config,
@@ -552,6 +555,7 @@ class HistoryStore:
             tuner=tuner,
             verified=verified,
             twin=twin,
+            timing=timing,
         )
         with self._write("add record") as conn:
             values["workload_id"] = self._workload_id(conn, workload_key)
@@ -570,6 +574,7 @@ class HistoryStore:
         tuner: str,
         verified: bool | None,
         twin: bool = False,
+        timing: str = RECORD_TIMINGS[0],
         stats: tuple[float | None, float | None, float | None, int] | None = None,
         created_at: str | None = None,
     ) -> dict[str, Any]:
@@ -586,6 +591,8 @@ class HistoryStore:
             raise ValueError(f"verified must be True, False or None, got {verified!r}")
         if not isinstance(twin, bool):
             raise ValueError(f"twin must be True or False, got {twin!r}")
+        if timing not in RECORD_TIMINGS:
+            raise ValueError(f"invalid record timing {timing!r}; expected one of {', '.join(RECORD_TIMINGS)}")
         if isinstance(samples, (str, bytes)):
             raise ValueError("samples must be a sequence of seconds")
         # given stats (an import's, computed as it was read) only need the samples checked:
@@ -608,6 +615,8 @@ class HistoryStore:
             "error": _truncate(error),
             "verified": verified,
             "twin": twin or None,
+            # NULL for the evaluator's: what an autotune before the column wrote, and reads
+            "timing": None if timing == RECORD_TIMINGS[0] else timing,
             "run_id": run_id,
             "tuner": tuner,
             "created_at": created_at or utc_now(),
@@ -661,6 +670,7 @@ class HistoryStore:
             tuner=row.tuner,
             created_at=row.created_at,
             twin=bool(row._mapping.get("twin")),
+            timing=row._mapping.get("timing") or RECORD_TIMINGS[0],
         )
 
     @staticmethod
@@ -727,11 +737,24 @@ class HistoryStore:
         status: str | None = None,
         space_id: str | None = None,
         run_id: str | None = None,
+        timing: str | None = None,
         limit: int | None = None,
     ) -> list[Record]:
-        """Records matching every given filter, oldest first (by id)."""
+        """Records matching every given filter, oldest first (by id). ``timing``: those
+        timed so (:data:`RECORD_TIMINGS`), where a few-microsecond kernel's figure
+        depends on it (a layer's time before tuning, set beside its tuned one)."""
         r, w, t = schema.records, schema.workloads, schema.targets
         query = self._record_query().order_by(r.c.id)
+        if timing is not None:
+            if timing not in RECORD_TIMINGS:
+                raise ValueError(f"invalid record timing {timing!r}; expected one of {', '.join(RECORD_TIMINGS)}")
+            if ("records", "timing") in self._absent_columns:  # a file from before the column, read-only
+                if timing != RECORD_TIMINGS[0]:
+                    return []
+            elif timing == RECORD_TIMINGS[0]:
+                query = query.where(or_(r.c.timing.is_(None), r.c.timing == timing))
+            else:
+                query = query.where(r.c.timing == timing)
         filters = [
             (w.c.key, workload_key),
             (t.c.key, target_key),

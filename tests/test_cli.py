@@ -228,6 +228,10 @@ def test_non_positive_counts(capsys, env, flag, value):
         (("--run-timeout", "0.01", "--repeat", "2"), "--run-timeout of 0.01 s is no longer than a candidate's timing "
                                                      "takes at least (--repeat 2 x --min-repeat-ms 20 = 0.04 s)"),
         (("--seed", str(10**23)), "--seed must be at most 9223372036854775807"),  # XGBoost's traceback, a failed run
+        (("--timing", "ncu"), "--timing must be one of launches, queued, got 'ncu'"),
+        # a CPU's figures recorded as queued would read as GPU time alone
+        (("--timing", "queued"), "--timing queued times CUDA kernels, behind a spin kernel on the GPU; on llvm "
+                                 "TVM's evaluator is not paced by kernel launches: leave --timing out"),
     ],
 )
 def test_tune_options_refused_in_the_flags_words(capsys, env, argv, expected):
@@ -459,6 +463,25 @@ def test_history_show_unknown_key(capsys, populated_history):
     # a mistyped --target read as "no records", exit 0
     _user_error(capsys, ["history", "show", key, "--history", path, "--target", "nosuch", "--json"],
                 contains=("no target 'nosuch'; it holds llvm:znver3:cpu",))
+
+
+def test_history_show_and_best_say_which_records_were_timed_queued(capsys, populated_history):
+    """A queued timing of a few-microsecond CUDA kernel reads lower than TVM's evaluator's:
+    the listing and the best say so beside the figure."""
+    from autotune.history import open_history
+
+    path, key = populated_history
+    with open_history(path) as store:
+        store.add_record(workload_key=key, target_key="llvm:znver3:cpu", space_id="s", config={"i": 9},
+                         samples=[5e-4] * 3, status="ok", tuner="xgb", timing="queued")
+    capsys.readouterr()
+    assert main(["history", "show", key, "--history", path]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#")]
+    assert [" queued " in row for row in rows] == [False, False, False, True]
+    assert main(["history", "best", key, "--history", path]) == 0
+    assert "(record #4, xgb, run -, s, timed queued)" in capsys.readouterr().out
+    assert main(["history", "best", key, "--history", path, "--json"]) == 0
+    assert [b["timing"] for b in json.loads(capsys.readouterr().out)] == ["queued"]
 
 
 def test_history_export_says_what_it_wrote_in_json(capsys, env, populated_history):

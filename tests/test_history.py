@@ -64,7 +64,7 @@ def populated(path: Path | str) -> HistoryStore:
     add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 8}, samples=[3e-3, 2e-3, 4e-3], status="ok", run_id="r1", tuner="random")
     add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 16}, samples=[1e-3, 1e-3, 1e-3], status="ok", run_id="r1", tuner="random", twin=True)
     add(workload_key=CONV.key, target_key=GPU.key, space_id="s1", config={"tile": 32}, samples=[], status="build_error", error="nvcc: bad", run_id="r1")
-    add(workload_key=CONV.key, target_key=GPU.key, space_id="s2", config={"tile": 4}, samples=[5e-4], status="ok", tuner="xgb")
+    add(workload_key=CONV.key, target_key=GPU.key, space_id="s2", config={"tile": 4}, samples=[5e-4], status="ok", tuner="xgb", timing="queued")
     add(workload_key=CONV.key, target_key=CPU.key, space_id="s1", config={"tile": 8}, samples=[9e-3], status="ok")
     add(workload_key=DENSE.key, target_key=GPU.key, space_id="d1", config={"k": 2}, samples=[], status="timeout", error="took too long")
     return store
@@ -595,6 +595,7 @@ def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
     assert {r["workload_key"] for r in doc["records"]} == {CONV.key, DENSE.key}
     assert "workload_id" not in doc["records"][0] and "id" not in doc["records"][0]
     assert [r["twin"] for r in doc["records"]] == [False, True, False, False, False, False]
+    assert [r["timing"] for r in doc["records"]] == ["launches"] * 3 + ["queued"] + ["launches"] * 2
     assert not list(tmp_path.glob(".export-*"))
 
     with open_history(tmp_path / "dst.db") as dst:
@@ -768,6 +769,7 @@ BAD_IMPORTS: dict[str, tuple[Callable[[dict], None], str]] = {
                        r"records\[0\]\.latency_median: an 'ok' record's latency must be > 0"),
     "verified-str": (_set("records", 0, "verified", "yes"), "verified"),
     "twin-null": (_set("records", 1, "twin", None), r"records\[1\]\.twin: expected bool"),
+    "timing-unknown": (_set("records", 1, "timing", "ncu"), r"records\[1\]\.timing: 'ncu' is not one of launches, queued"),
     "bad-timestamp": (_set("records", 0, "created_at", "yesterday"), "ISO-8601"),
     "unknown-workload": (_set("records", 5, "workload_key", "ghost"), r"records\[5\].*unknown workload 'ghost'"),
     "target-key-mismatch": (_set("targets", 0, "key", "cuda:x:y"), r"targets\[0\]\.key"),
@@ -917,6 +919,46 @@ def test_a_file_from_before_twins_were_marked(tmp_path: Path) -> None:
     with open_history(tmp_path / "dst.db") as dst:
         assert import_json(dst, tmp_path / "old.json")["added"] == 6
         assert not any(r.twin for r in dst.records())
+
+
+def test_records_say_how_they_were_timed_and_older_files_read_as_launches(tmp_path: Path) -> None:
+    """A few-microsecond CUDA kernel reads lower timed queued than launched back to back,
+    so each record says which, and a layer's figures can be set beside ones timed alike.
+    Files from before the column read as launches (all their records were), read-only as
+    they are; an export without the field imports as launches."""
+    with populated(tmp_path / "h.db") as store:
+        assert [r.timing for r in store.records()] == ["launches"] * 3 + ["queued"] + ["launches"] * 2
+        assert [r.id for r in store.records(timing="queued")] == [4]
+        assert [r.id for r in store.records(workload_key=CONV.key, target_key=GPU.key, timing="launches")] == [1, 2, 3]
+        with pytest.raises(ValueError, match="invalid record timing 'ncu'"):
+            store.records(timing="ncu")
+        with pytest.raises(ValueError, match="invalid record timing 'ncu'"):
+            store.add_record(workload_key=DENSE.key, target_key=GPU.key, space_id="d1", config={"k": 9}, samples=[1e-3],
+                             status="ok", timing="ncu")
+        assert len(store.records()) == 6  # the refused one wrote nothing
+    con = sqlite3.connect(tmp_path / "h.db")  # launches stored as NULL: what an older autotune writes and reads
+    assert [row[0] for row in con.execute("SELECT timing FROM records ORDER BY id")] == [None, None, None, "queued", None, None]
+    con.close()
+
+    path = tmp_path / "old.db"
+    populated(path).close()
+    edit_file(path, "ALTER TABLE records DROP COLUMN timing")
+    before = file_sha(path)
+    with open_history(path, readonly=True) as store:
+        assert {r.timing for r in store.records()} == {"launches"}
+        assert store.records(timing="queued") == [] and len(store.records(timing="launches")) == 6
+    assert file_sha(path) == before
+    with open_history(path) as store:  # opened for writing: the column is added
+        store.add_record(workload_key=DENSE.key, target_key=GPU.key, space_id="d1", config={"k": 8}, samples=[1e-3],
+                         status="ok", timing="queued")
+        assert [r.timing for r in store.records(workload_key=DENSE.key)] == ["launches", "queued"]
+    doc = _valid_doc(tmp_path)
+    for rec in doc["records"]:
+        del rec["timing"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    with open_history(tmp_path / "dst.db") as dst:
+        assert import_json(dst, tmp_path / "old.json")["added"] == 6
+        assert {r.timing for r in dst.records()} == {"launches"}
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

@@ -220,6 +220,21 @@ def test_format_table_says_when_another_run_measured_meanwhile() -> None:
     assert "4 other runs measured on this machine meanwhile (a1, b2, c3, ...)" in " ".join(format_table(report).split())
 
 
+def test_format_table_says_when_candidates_were_timed_queued() -> None:
+    """Queued timings of few-microsecond kernels read lower than TVM's evaluator's: a
+    table set beside another tune's says how its figures were timed."""
+    from dataclasses import asdict
+
+    from autotune.tune import TuneOptions
+    from autotune.measure import MeasureOptions
+
+    report = make_report()
+    report["options"] = asdict(TuneOptions())
+    assert "queued" not in format_table(report)
+    report["options"] = asdict(TuneOptions(measure=MeasureOptions(timing="queued")))
+    assert "candidates timed queued behind a spin kernel (GPU time alone)" in " ".join(format_table(report).split())
+
+
 def test_format_table_says_which_layers_the_budget_did_not_reach() -> None:
     report = make_report()
     conv, dense = report["layers"]

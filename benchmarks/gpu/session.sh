@@ -335,6 +335,11 @@ queued)
   if step queued_check "${LIMIT:-120}" $py benchmarks/gpu/queued_check.py --out "$R/queued_check${TAG:-}.json"; then
     touch "$(dirname "$db")/done${TAG:-}"
   fi
+  # the product's own path (`autotune tune --timing queued`, never run on a GPU): a
+  # small model, every record it writes marked queued (`history show` lists "queued")
+  step queued_tune 150 $py -m autotune tune dqn --target cuda --timing queued --trials 8 --no-mlflow --json --quiet \
+    --history "$R/queued_tune.db"
+  step queued_records 30 $py -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); print(dict(c.execute('SELECT coalesce(timing, \\'launches\\'), count(*) FROM records GROUP BY 1')))" "$R/queued_tune.db"
   ;;
 half)
   # Half precision on the GPU (README, "Half-precision models", 2026-11-27): float16 zoo
