@@ -74,12 +74,12 @@ def export_json(
     records = store.records(workload_key=workload_key, target_key=target_key)
     used_workloads = {r.workload_key for r in records}
     used_targets = {r.target_key for r in records}
-    workloads = store.workloads()
-    targets = store.targets()
-    if workload_key is not None or target_key is not None:
-        # A filtered export carries what its records need (plus the named workload/target).
-        workloads = [w for w in workloads if w.key in used_workloads or w.key == workload_key]
-        targets = [t for t in targets if t.key in used_targets or t.key == target_key]
+    # An export carries what its records need (plus a named workload/target): a workload
+    # stays in history when the last run that measured it is removed (a tune running
+    # meanwhile may be about to), and an export after `history rm` listed 52 workloads
+    # beside 40 records, the removed run's shapes among them.
+    workloads = [w for w in store.workloads() if w.key in used_workloads or w.key == workload_key]
+    targets = [t for t in store.targets() if t.key in used_targets or t.key == target_key]
     runs = store.runs()
     if workload_key is not None or target_key is not None:
         wrote = {r.run_id for r in records}
