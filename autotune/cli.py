@@ -322,7 +322,7 @@ def cmd_compile(args) -> int:
         borrowed = f", {summary['other_batch_layers']} more from their winners at another batch size" if summary.get("other_batch_layers") else ""
         print(f"wrote {summary['out']} ({summary['target']}): {summary['tuned_layers']} of {summary['layers']} layers from history{whose}"
               f"{borrowed}, the rest TVM defaults")
-        for note in ("target_note", "history_note"):
+        for note in ("target_note", "history_note", "tuning_note"):
             if summary.get(note):
                 print(f"note: {summary[note]}")
         if summary.get("thin_layers"):

@@ -608,6 +608,7 @@ def compile_model(
     history_key = history_target_key(store, target)
     mod, applied = apply_history(mod, layers, target, store, target_key=history_key)
     hint = history_layering_hint(store, spec, target_key=history_key, batch_norm=batch_norm)
+    tuning = _tuning_note(store)
     say(f"building for {target.key}")
     executable = build(mod, target)
     if target.kind == "cuda":
@@ -651,4 +652,30 @@ def compile_model(
         "device_code": kernels,
         "schedules": applied.layers,
         "history_note": hint,
+        # a tune of this history still running: its later winners are not in the module
+        "tuning_runs": tuning[0],
+        "tuning_note": tuning[1],
     }
+
+
+def _tuning_note(store) -> tuple[list[str], str | None]:
+    """The runs still tuning on ``store``, and a line saying what that means for the
+    module (a compile during a tune said nothing of it)."""
+    from autotune.run_status import runs_in_progress
+
+    if store is None:
+        return [], None
+    running = runs_in_progress(store)
+    if not running:
+        return [], None
+
+    def where(run) -> str:
+        params = run.get("params") or {}
+        return f" (pid {params['pid']} on {params['host']})" if params.get("pid") and params.get("host") else ""
+
+    named = ", ".join(f"{run['run_id']}{where(run)}" for run in running[:3]) + (", ..." if len(running) > 3 else "")
+    runs = "run" if len(running) == 1 else "runs"
+    verb = "is" if len(running) == 1 else "are"
+    return ([run["run_id"] for run in running],
+            f"{runs} {named} {verb} still tuning on this history: the module has the winners found so far; "
+            "compile again when it ends for the rest")

@@ -33,6 +33,12 @@ def concurrent_runs(store) -> list[dict[str, Any]]:
     return [run for run in store.runs() if (pid := _other_local_pid(run)) is not None and pid_alive(pid)]
 
 
+def runs_in_progress(store) -> list[dict[str, Any]]:
+    """Runs marked running whose process is not known to be gone (one on another host
+    cannot be asked): a module compiled now has their winners so far, not their last."""
+    return [run for run in store.runs() if run["status"] == "running" and not stale_run(run)]
+
+
 def overlapping_runs(store, run_id: str) -> list[str]:
     """Other runs of this history on this host whose time overlapped ``run_id``'s so far:
     a run started while this one measured is not among :func:`concurrent_runs` at this

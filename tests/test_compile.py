@@ -146,6 +146,34 @@ def test_a_module_takes_its_inputs_in_the_models_order(tmp_path, capsys):
     assert len(err) == 1 and "is order.so.json the module's own description?" in err[0], err
 
 
+def test_compile_says_when_a_tune_is_still_running_on_its_history(tmp_path, capsys):
+    """A compile during a tune applied the winners found so far and said nothing of the
+    tune: it names the runs still marked running (not one whose process here is gone)."""
+    import socket
+
+    from autotune.history import TargetInfo, open_history
+    from autotune.processes import pid_alive
+
+    model, history = _two_inputs(tmp_path / "m.onnx"), str(tmp_path / "h.db")
+    args = ["compile", str(model), "--target", "llvm", "--history", history, "-o", str(tmp_path / "m.so")]
+    open_history(history).close()
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tuning_runs"] == []
+    gone = 2**22 + 17
+    while pid_alive(gone):
+        gone += 1
+    with open_history(history) as store:
+        store.register_target(TargetInfo("llvm", "x", "y"))
+        store.start_run("far1", model="m", target_key="llvm:x:y", tuner="auto", params={"pid": 4242, "host": "alice-laptop"})
+        store.start_run("dead", model="m", target_key="llvm:x:y", tuner="auto", params={"pid": gone, "host": socket.gethostname()})
+    assert main(args) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == ["note: run far1 (pid 4242 on alice-laptop) is still tuning on this history: the module has the winners "
+                     "found so far; compile again when it ends for the rest"]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tuning_runs"] == ["far1"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc not found")
 @pytest.mark.parametrize("name", sorted(SMALL))
