@@ -222,7 +222,9 @@ class TuneSession:
             )
         spec, mod, layers = model.spec, model.mod, model.layers
         self._inputs = spec.inputs_description()
-        history_was_empty = not self.store.workloads()  # before this run registers its own
+        # before this run registers its workloads; nor do runs tuning beside it on this host
+        # count (of two tunes started together on a new history, only the first said so)
+        history_was_empty = not self.store.has_records(excluding_runs=[run["run_id"] for run in concurrent_runs(self.store)])
         self.store.register_target(self.target.history_info())
         for layer in layers:
             self.store.register_workload(layer.workload_info())

@@ -772,6 +772,17 @@ class HistoryStore:
         with self._read() as conn:
             return [self._record_from_row(row) for row in conn.execute(query)]
 
+    def has_records(self, *, excluding_runs: Collection[str] = ()) -> bool:
+        """Whether history holds a record not written by ``excluding_runs`` (one query,
+        however large history is): a tune's "history was empty" leaves out runs still
+        tuning beside it, whose workloads and first records its twin saw as history."""
+        r = schema.records
+        query = select(r.c.id).limit(1)
+        if excluding_runs:
+            query = query.where(or_(r.c.run_id.is_(None), r.c.run_id.not_in(list(excluding_runs))))
+        with self._read() as conn:
+            return conn.execute(query).first() is not None
+
     def count_measured(self, workload_key: str, target_key: str, space_id: str | None = None) -> int:
         """How many configs of the layer were measured on the target (any status but
         ``invalid``: a config the space rejected was never built, so it was no trial)."""

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autotune.cli import main
-from autotune.history import open_history
+from autotune.history import WorkloadInfo, open_history
 
 
 def _small_cnn(path: Path) -> Path:
@@ -188,11 +188,16 @@ def test_a_tune_says_when_another_on_this_history_measures_on_this_machine(tmp_p
             store.register_target(target.history_info())
             store.start_run("othertune123", model="small", target_key=target.key, tuner="auto",
                             params={"pid": other.pid, "host": socket.gethostname()})
+            # and its first measurement: history held that run's work alone, and only the
+            # first of two tunes started together said it was empty
+            store.register_workload(WorkloadInfo("w" * 24, "w" * 24, "dense", {"name": "dense0"}, 1e6))
+            store.add_record(workload_key="w" * 24, target_key=target.key, space_id="s", config={}, samples=[1e-4],
+                             status="ok", run_id="othertune123")
         capsys.readouterr()
         assert main(["tune", str(model), "--target", "llvm", "--trials", "2", "--history", str(history), "--no-mlflow",
                      "--json", "--no-model-latency", "--no-verify", "--tuner", "random"]) == 0
         lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
-        assert lines[-1]["concurrent_runs"] == ["othertune123"]
+        assert lines[-1]["concurrent_runs"] == ["othertune123"] and lines[-1]["history_was_empty"] is True
         notes = [e["text"] for e in lines if e.get("event") == "message" and "othertune123" in e.get("text", "")]
         assert notes == [f"note: run othertune123 (pid {other.pid}) is measuring on this machine too: timings taken "
                          "together run slower, and history keeps them"]
@@ -202,7 +207,8 @@ def test_a_tune_says_when_another_on_this_history_measures_on_this_machine(tmp_p
     # gone, it is no one's concurrent run (the next tune marks it killed)
     assert main(["tune", str(model), "--target", "llvm", "--trials", "2", "--history", str(history), "--no-mlflow",
                  "--json", "--quiet", "--no-model-latency", "--no-verify", "--tuner", "random"]) == 0
-    assert "concurrent_runs" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "concurrent_runs" not in last and last["history_was_empty"] is False
 
 
 def test_tune_says_where_it_wrote_the_module(tmp_path, capsys):

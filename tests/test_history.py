@@ -729,6 +729,20 @@ def test_filtered_export(tmp_path: Path) -> None:
         assert {(r["workload_key"], r["target_key"]) for r in doc["records"]} == {(CONV.key, GPU.key)}
 
 
+def test_has_records_leaves_out_the_runs_named(tmp_path: Path) -> None:
+    with open_history(tmp_path / "empty.db") as store:
+        store.register_target(CPU)
+        store.register_workload(CONV)  # registered, never measured: nothing to draw on
+        assert not store.has_records()
+    with populated(tmp_path / "h.db") as store:  # records of run r1, and four of no run
+        assert store.has_records() and store.has_records(excluding_runs=["r1"])
+        edit = sqlite3.connect(tmp_path / "h.db")  # now run r1's alone
+        edit.execute("DELETE FROM records WHERE run_id IS NULL")
+        edit.commit()
+        edit.close()
+        assert store.has_records() and not store.has_records(excluding_runs=["r1", "r2"])
+
+
 def test_an_export_after_a_run_is_removed_carries_none_of_its_workloads(tmp_path: Path) -> None:
     """``history rm`` leaves workloads in history (a tune running meanwhile may be about
     to measure them); an export after it listed the removed run's shapes beside no
