@@ -223,6 +223,13 @@ def load_model(
     else:
         given = [flag for flag, value in (("size", size), ("batch_size", batch_size)) if value is not None]
         if given and path.is_file():
+            dynamic = [] if input_shapes else _dynamic_inputs(path)
+            if dynamic:  # "its own input shapes", of a model whose batch it leaves open
+                example = ", ".join(f"{n} is {t}" for n, t in dynamic[:3])
+                raise OptionError(
+                    f"{{{given[0]}}} is for zoo models; {model} is an ONNX file: give its dynamic dimensions with "
+                    f"{{input_shapes}} NAME=DxD.. ({example})", given[0], "input_shapes",
+                )
             raise OptionError(
                 f"{{{given[0]}}} is for zoo models; {model} is an ONNX file with its own input shapes "
                 "(change them with {input_shapes})", given[0], "input_shapes",
@@ -307,6 +314,21 @@ def _short_external_data(path: Path) -> str | None:
         if need > size:
             return f"{entries.get('location')} ({size:,} bytes, {need:,} needed)"
     return None
+
+
+def _dynamic_inputs(path: Path) -> list[tuple[str, str]]:
+    """(name, shape as declared) of each input of the model at ``path`` with a dimension
+    left open, read without its weights' external data; none where it cannot be read."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return []
+    initializers = {init.name for init in proto.graph.initializer}
+    return [(i.name, _shape_text(i.type.tensor_type.shape.dim)) for i in proto.graph.input
+            if i.name not in initializers and any(not d.HasField("dim_value")
+                                                  for d in i.type.tensor_type.shape.dim)]
 
 
 def _shape_text(dims) -> str:

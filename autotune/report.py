@@ -361,6 +361,8 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
             changed = _changed_share(report)
             if changed is not None and changed < NOISE_SHARE:  # 0.68x with one layer of 0.1% changed
                 caption += f" the layers that changed hold {changed * 100:.2g}% of the time: the rest is timing noise"
+    if report.get("tunable_layers") == 0:  # an empty table: --quiet heard no note of why
+        caption += "  no tunable layer: nothing to tune, its kernels keep TVM's defaults"
     unused = _unused_trials(report)
     if unused:
         caption += f"  {unused}"

@@ -282,6 +282,8 @@ class TuneSession:
             # None unless timed (``model_latency``), not absent: a reader's key stays there
             "model_latency_before": None,
             "model_latency_after": None,
+            # 0: an empty table, which says why (--quiet hears no note)
+            "tunable_layers": sum(1 for l in layers if l.tunable),
             "layers": [],
         }
         self.decomposition = layers

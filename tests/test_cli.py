@@ -181,6 +181,15 @@ def test_a_zoo_models_size_flag_given_with_a_file_is_refused(capsys, tmp_path, d
     assert dyn_model in line and not (tmp_path / "h.db").exists() and not (tmp_path / "m.so").exists()
 
 
+@pytest.mark.parametrize("flag", ["--size", "--batch-size"])
+def test_a_zoo_models_size_flag_for_a_file_with_an_open_batch_says_how_to_fix_it(capsys, tmp_path, dyn_model, flag):
+    """A file whose batch is symbolic was said to have "its own input shapes"."""
+    line = _user_error(capsys, ["tune", dyn_model, flag, "4", "--target", "llvm", "--history", str(tmp_path / "h.db"), "--no-mlflow"],
+                       contains=(f"{flag} is for zoo models; {dyn_model} is an ONNX file: give its dynamic dimensions with "
+                                 "--input-shape NAME=DxD.. (x is Nx8)",))
+    assert "its own input shapes" not in line and not (tmp_path / "h.db").exists()
+
+
 @pytest.mark.parametrize("command", ["layers", "tune", "compile"])
 def test_an_input_shape_for_a_zoo_model_is_refused_with_its_own_flags(capsys, tmp_path, command):
     """A zoo model is built for its size and batch: another batch failed inside TVM's

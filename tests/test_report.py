@@ -147,6 +147,15 @@ def test_format_table_says_when_history_was_empty() -> None:
     assert "history was empty: /work/typo/h.db" in caption
 
 
+def test_format_table_says_why_a_models_table_is_empty() -> None:
+    """A model with no tunable layer printed an empty table and "timing noise"; with
+    --quiet, no note said why."""
+    report = make_report()
+    assert "no tunable layer" not in format_table(dict(report, tunable_layers=2))
+    caption = " ".join(format_table(dict(report, layers=[], tunable_layers=0), width=200).split())
+    assert "no tunable layer: nothing to tune, its kernels keep TVM's defaults" in caption
+
+
 def test_format_table_shows_a_models_name_as_it_is() -> None:
     """``net[red]v2`` read "netv2": rich took the brackets for markup."""
     assert "net[red]v2" in format_table(dict(make_report(), model="net[red]v2"))
