@@ -52,9 +52,15 @@ def max_abs_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.max(diff)) if diff.size else 0.0
 
 
+#: The range integer data is drawn from: small, so that a sum of products stays exact in
+#: any accumulator type a schedule might pick (and far from int32's wrap).
+INT_DATA_RANGE = (-8, 8)
+
+
 def random_args(func, seed: int = 0) -> list[np.ndarray]:
     """Seeded inputs for every parameter (outputs included: they are overwritten)."""
     rng = np.random.default_rng(seed)
+    indices = index_params(func)
     arrays = []
     for param in func.params:
         ty = param.ty
@@ -64,9 +70,69 @@ def random_args(func, seed: int = 0) -> list[np.ndarray]:
             arrays.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
         elif dtype == "bool":  # both branches of a Where (all False took one, and a wrong schedule of the other passed)
             arrays.append(rng.integers(0, 2, size=shape).astype(bool))
-        else:  # indices: zeros are always in range
+        elif str(param.name) in indices:  # indices: zeros are always in range
             arrays.append(np.zeros(shape, dtype=dtype))
+        else:  # integer data (an int32 matmul): all zeros, any schedule's output matched the reference's zeros
+            low, high = INT_DATA_RANGE
+            low = max(low, int(np.iinfo(dtype).min))
+            arrays.append(rng.integers(low, high + 1, size=shape).astype(dtype))
     return arrays
+
+
+def index_params(func) -> set[str]:
+    """Names of ``func``'s parameters read inside another buffer's indices (a gather's
+    positions): what they hold decides where the kernel reads, and only some values are
+    in range. Found in the blocks' declared read regions."""
+    from tvm.s_tir import Schedule
+
+    params = {str(p.name) for p in func.params}
+    sch = Schedule(func)
+    found: set[str] = set()
+    pending = list(sch.get_child_blocks(sch.get_sblock("root")))
+    while pending:
+        rv = pending.pop()
+        block = sch.get(rv)
+        pending += sch.get_child_blocks(rv)
+        for region in block.reads:
+            source = _source_name(region)
+            for rng in region.region:
+                found |= {name for name in _loaded(rng.min) | _loaded(rng.extent) if name != source}
+    return found & params
+
+
+def _source_name(node) -> str | None:
+    """The buffer a region or load reads: ``source`` in TVM 0.27, ``buffer`` before."""
+    source = getattr(node, "source", None)
+    source = getattr(node, "buffer", None) if source is None else source
+    return None if source is None else str(source.name)
+
+
+#: The fields of a TIR expression that hold its operands.
+_OPERANDS = ("a", "b", "value", "args", "indices", "condition", "true_value", "false_value", "body", "base", "stride")
+
+
+def _loaded(expr) -> set[str]:
+    """Names of the buffers ``expr`` reads, at any depth."""
+    names: set[str] = set()
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        if node is None or isinstance(node, (int, float, str)):
+            continue
+        if type(node).__name__ in ("TensorLoad", "BufferLoad"):
+            name = _source_name(node)
+            if name is not None:
+                names.add(name)
+        for field in _OPERANDS:
+            try:
+                child = getattr(node, field)
+            except Exception:  # an FFI object without that field
+                continue
+            if isinstance(child, (list, tuple)) or type(child).__name__ == "Array":
+                pending += list(child)
+            elif hasattr(child, "same_as"):  # a TVM node (a load is callable: no test of that)
+                pending.append(child)
+    return names
 
 
 def run_module(mod, target, device, arrays: list[np.ndarray], *, remote: RemoteDevice | None = None) -> list[np.ndarray]:

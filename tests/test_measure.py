@@ -326,3 +326,37 @@ def test_a_winners_check_feeds_both_values_of_a_flag():
     y = te.compute((64,), lambda i: te.if_then_else(flag[i], x[i], 0.0), name="y")
     flags = random_args(te.create_prim_func([flag, x, y]))[0]
     assert flags.dtype == bool and flags.any() and not flags.all()
+
+
+def test_a_winners_check_feeds_integer_data_values_and_indices_zeros():
+    """An int32 matmul's winner was checked on all-zero inputs, where any kernel that
+    writes zeros matched the reference; integer data now gets small values of both signs,
+    and a gather's positions (read in another buffer's indices) stay zeros, in range."""
+    import numpy as np
+    from tvm import tirx
+
+    from autotune.defaults import as_module
+    from autotune.verify import check, index_params, random_args
+
+    a = te.placeholder((8, 16), "int32", name="a")
+    b = te.placeholder((16, 4), "int32", name="b")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((8, 4), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    matmul = te.create_prim_func([a, b, c])
+    args = random_args(matmul)
+    assert index_params(matmul) == set()
+    for arr in args[:2]:
+        assert arr.dtype == np.int32 and arr.min() < 0 < arr.max() and np.abs(arr).max() <= 8
+    # a wrong kernel (it writes zeros) of the same signature: the zeros passed the check
+    zeros = te.compute((8, 4), lambda i, j: tirx.const(0, "int32") + a[0, 0] * 0, name="c")
+    wrong = as_module(te.create_prim_func([a, b, zeros]))
+    target = resolve_target("llvm")
+    assert check(as_module(matmul), matmul, target) is None
+    assert "output 2 differs from the reference" in (check(wrong, matmul, target) or "")
+
+    table = te.placeholder((50, 16), "float32", name="table")
+    ids = te.placeholder((4, 6), "int64", name="ids")
+    rows = te.compute((4, 6, 16), lambda i, j, d: table[ids[i, j], d], name="rows")
+    gather = te.create_prim_func([table, ids, rows])
+    assert index_params(gather) == {"ids"}
+    assert not random_args(gather)[1].any()
