@@ -338,6 +338,25 @@ def _fmt_tuner(row: Mapping[str, Any]) -> str:
     return str(row["tuner"] or "-") + (f" ({why})" if why else "")
 
 
+#: A whole-model figure whose rounds spread wider than this (slowest over fastest, less
+#: one) is said to be unsteady.
+MODEL_SPREAD_NOTED = 0.25
+
+
+def _model_rounds_spread(report: Mapping[str, Any]) -> float | None:
+    """The widest spread of the whole-model timings' rounds (``model_latency_rounds``):
+    slowest over fastest, less one; None where no model has two rounds."""
+    rounds = report.get("model_latency_rounds")
+    if not isinstance(rounds, Mapping):
+        return None
+    spreads = []
+    for values in rounds.values():
+        times = [t for t in (_num(v) for v in (values if isinstance(values, list) else [])) if t]
+        if len(times) >= 2:
+            spreads.append(max(times) / min(times) - 1)
+    return max(spreads) if spreads else None
+
+
 def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     """The per-layer table as plain text (no ANSI codes), for terminals, logs and artifacts alike."""
     from rich.console import Console
@@ -361,6 +380,10 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
             changed = _changed_share(report)
             if changed is not None and changed < NOISE_SHARE:  # 0.68x with one layer of 0.1% changed
                 caption += f" the layers that changed hold {changed * 100:.2g}% of the time: the rest is timing noise"
+    spread = _model_rounds_spread(report)
+    if spread is not None and spread > MODEL_SPREAD_NOTED:
+        # two timings minutes apart read 0.98x for modules 1.46x apart; in turn, their rounds say how steady
+        caption += f"  its rounds varied by up to {spread * 100:.0f}%: other work on the machine weighs on it"
     if report.get("tunable_layers") == 0:  # an empty table: --quiet heard no note of why
         caption += "  no tunable layer: nothing to tune, its kernels keep TVM's defaults"
     unused = _unused_trials(report)

@@ -99,6 +99,13 @@ def test_tune_writes_every_measurement_to_history(tuned, workdir):
     conv = next(l for l in report["layers"] if l["op_class"] == "conv2d")
     assert conv["default_latency"] > 0 and conv["best_latency"] > 0
     assert conv["speedup"] == pytest.approx(conv["default_latency"] / conv["best_latency"])
+    # the whole model before and after, timed in turn at the end: each the median of its rounds
+    from autotune.tune import MODEL_ROUNDS
+
+    rounds = report["model_latency_rounds"]
+    assert {k: len(v) for k, v in rounds.items()} == {"before": MODEL_ROUNDS, "after": MODEL_ROUNDS}
+    for key in ("before", "after"):
+        assert report[f"model_latency_{key}"] == pytest.approx(float(np.median(rounds[key])))
 
 
 def test_second_tune_reuses_history_with_zero_measurements(tuned, workdir, capsys):
@@ -617,7 +624,7 @@ def test_a_model_too_slow_to_time_is_not_timed_and_the_tune_says_why(workdir, ca
     report = tune("sum")
     assert report["model_latency_before"] is None and report["model_latency_after"] is None
     for reason in report["model_latency_errors"].values():
-        assert "a run as timed, and the whole model's timing runs it 4 times at least" in reason
+        assert "a run as timed, and the whole model's timing runs it 6 times at least" in reason
     assert sum(layer["trials"] for layer in report["layers"]) == 4
 
 

@@ -147,6 +147,17 @@ def test_format_table_says_when_history_was_empty() -> None:
     assert "history was empty: /work/typo/h.db" in caption
 
 
+def test_format_table_says_when_the_model_timings_rounds_spread_wide() -> None:
+    """The before and after models are timed in turn, rounds of each: rounds far apart
+    say the machine was busy, which no figure showed before."""
+    report = make_report()
+    assert "rounds varied" not in format_table(dict(report, model_latency_rounds={"before": [1.0, 1.1, 1.05], "after": [0.5, 0.52]}))
+    caption = " ".join(format_table(dict(report, model_latency_rounds={"before": [1.0, 1.1], "after": [0.5, 0.9, 0.6]}),
+                                    width=200).split())
+    assert "its rounds varied by up to 80%: other work on the machine weighs on it" in caption
+    assert "rounds varied" not in format_table(dict(report, model_latency_rounds={"before": [1.0], "after": [None, 2.0]}))
+
+
 def test_format_table_says_why_a_models_table_is_empty() -> None:
     """A model with no tunable layer printed an empty table and "timing noise"; with
     --quiet, no note said why."""
