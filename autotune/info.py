@@ -95,10 +95,12 @@ def _cpu_roofline(device_name: str, *, remeasure: bool) -> dict[str, Any] | None
 
 
 def _roofline_text(entry: dict[str, Any] | None) -> str:
+    from autotune.roofline import BUSY_LOAD
+
     if not entry:
         return "not measured yet (the first tune measures it)"
     load = entry.get("load_per_core")
-    busy = load is not None and load >= 0.5
+    busy = load is not None and load >= BUSY_LOAD
     return (f"{entry['peak_flops'] / 1e9:.0f} GFLOP/s, DRAM {entry['peak_bw'] / 1e9:.1f} GB/s, cache {entry.get('cache_bw', 0) / 1e9:.1f} GB/s"
             f" (measured {entry.get('measured_at', '?')}" + (f", load {load:.2f} a core" if load is not None else "") + ")"
             + ("; measured while busy: `autotune info --measure-roofline` on an idle machine" if busy else ""))

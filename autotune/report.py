@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from autotune.errors import AutotuneError
-from autotune.roofline import Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
+from autotune.roofline import BUSY_LOAD, Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
 from autotune.progress import format_latency
 
 REPORT_JSON = "report.json"
@@ -384,6 +384,11 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     if spread is not None and spread > MODEL_SPREAD_NOTED:
         # two timings minutes apart read 0.98x for modules 1.46x apart; in turn, their rounds say how steady
         caption += f"  its rounds varied by up to {spread * 100:.0f}%: other work on the machine weighs on it"
+    peaks = report.get("roofline")
+    busy = _num(peaks.get("load_per_core")) if isinstance(peaks, Mapping) else None
+    if busy is not None and busy >= BUSY_LOAD:  # 103 GFLOP/s measured so, 166 idle: every % read high
+        caption += (f"  roofline peaks measured while other work kept the cores {busy * 100:.0f}% busy: its "
+                    "percentages read high (`autotune info --measure-roofline` on an idle machine)")
     if report.get("tunable_layers") == 0:  # an empty table: --quiet heard no note of why
         caption += "  no tunable layer: nothing to tune, its kernels keep TVM's defaults"
     unused = _unused_trials(report)

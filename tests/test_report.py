@@ -158,6 +158,39 @@ def test_format_table_says_when_the_model_timings_rounds_spread_wide() -> None:
     assert "rounds varied" not in format_table(dict(report, model_latency_rounds={"before": [1.0], "after": [None, 2.0]}))
 
 
+def test_format_table_says_when_the_roofline_peaks_were_measured_on_a_busy_machine() -> None:
+    """Peaks measured while other work ran read low, and every roofline % high; a report
+    kept no sign of it (``autotune info`` alone said so, of the cache as it is now)."""
+    report = make_report()
+    assert "roofline peaks measured while" not in format_table(report)
+    report["roofline"] = dict(report["roofline"], load_per_core=0.2)
+    assert "roofline peaks measured while" not in format_table(report)
+    report["roofline"]["load_per_core"] = 0.69
+    assert ("roofline peaks measured while other work kept the cores 69% busy: its percentages read high"
+            in " ".join(format_table(report, width=300).split()))
+
+
+def test_the_cpu_peaks_say_when_and_under_what_load_they_were_measured(tmp_path) -> None:
+    """The load is other processes' CPU time during the measurement (the 1-minute load
+    average lags), and travels with the peaks into a report's ``roofline`` entry."""
+    import time
+
+    from autotune.roofline import _cpu_seconds, _others_load_per_core, cpu_peaks
+
+    before = _cpu_seconds()
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:  # this process alone busy: no one else's load
+        pass
+    load = _others_load_per_core(before, _cpu_seconds())
+    assert load is not None and 0.0 <= load < 1.0
+    assert _others_load_per_core(None, before) is None
+    peaks = cpu_peaks(cache_path=tmp_path / "r.json")
+    assert peaks.measured_at and peaks.load_per_core is not None
+    cached = cpu_peaks(cache_path=tmp_path / "r.json")
+    assert cached.source == "cache" and (cached.measured_at, cached.load_per_core) == (peaks.measured_at, peaks.load_per_core)
+    assert {"measured_at", "load_per_core"} <= set(cached.to_dict())
+
+
 def test_format_table_says_why_a_models_table_is_empty() -> None:
     """A model with no tunable layer printed an empty table and "timing noise"; with
     --quiet, no note said why."""
