@@ -27,6 +27,9 @@ CONVERGENCE_PNG = "convergence.png"
 LAYERS_TXT = "layers.txt"
 #: What :func:`write_artifacts` writes, and a run's report folder holds.
 ARTIFACT_NAMES = (REPORT_JSON, REPORT_CSV, CONVERGENCE_PNG, LAYERS_TXT)
+#: What tune writes beside them (``api._write_decomposition``), listed by ``report`` where
+#: they are (a report rebuilt from its JSON has no model to take them from).
+DECOMPOSITION_NAMES = ("decomposition.txt", "decomposition.json")
 
 
 #: In a run's folder under the autotune home: where its report went instead (``--out-dir``).
@@ -371,7 +374,11 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     batch = report.get("batch")
     size = f" (batch {batch['size']})" if isinstance(batch, Mapping) and batch.get("size") is not None else ""
     title = f"{report.get('model', '?')}{size} on {target_text or '?'}"
-    caption = f"model latency: {_fmt_model_latency(before)} -> {_fmt_model_latency(after)}"
+    options = report.get("options")
+    if isinstance(options, Mapping) and options.get("model_latency") is False:  # read "- -> -"
+        caption = "model latency: not timed (--no-model-latency)"
+    else:
+        caption = f"model latency: {_fmt_model_latency(before)} -> {_fmt_model_latency(after)}"
     if before and after:
         caption += f"  ({before / after:.2f}x)"
         if report.get("model_layers_changed") == 0:  # 0.48x read as a slowdown, of the same module
@@ -414,7 +421,6 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
         reused = sum(_num(v) or 0 for v in twins.values()) if isinstance(twins, Mapping) else 0
         if reused:
             caption += f", {reused:.0f} twin program{'' if reused == 1 else 's'} answered unmeasured"
-    options = report.get("options")
     measure = options.get("measure") if isinstance(options, Mapping) else None
     if isinstance(measure, Mapping) and measure.get("timing") == "queued":
         # its few-microsecond layers read lower than a tune timed by TVM's evaluator would
@@ -799,7 +805,10 @@ def artifacts_on_disk(run_id_or_dir: str | os.PathLike[str], report: Mapping[str
     if folder is None:
         return []
     files = [folder / name for name in ARTIFACT_NAMES]
-    return files if all(f.is_file() for f in files) else []
+    if not all(f.is_file() for f in files):
+        return []
+    # the model's layers too: `report` listed 4 of the folder's 6 files
+    return files + [folder / name for name in DECOMPOSITION_NAMES if (folder / name).is_file()]
 
 
 def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None = None, *, history: str | None = None) -> dict[str, Any]:

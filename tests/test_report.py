@@ -191,6 +191,18 @@ def test_the_cpu_peaks_say_when_and_under_what_load_they_were_measured(tmp_path)
     assert {"measured_at", "load_per_core"} <= set(cached.to_dict())
 
 
+def test_format_table_says_when_the_model_was_not_timed_by_request() -> None:
+    from dataclasses import asdict
+
+    from autotune.tune import TuneOptions
+
+    report = dict(make_report(), model_latency_before=None, model_latency_after=None)
+    assert "model latency: - -> -" in format_table(report)  # not timed, reason unknown
+    report["options"] = asdict(TuneOptions(model_latency=False))
+    text = format_table(report)
+    assert "model latency: not timed (--no-model-latency)" in " ".join(text.split()) and "- -> -" not in text
+
+
 def test_format_table_says_why_a_models_table_is_empty() -> None:
     """A model with no tunable layer printed an empty table and "timing noise"; with
     --quiet, no note said why."""
@@ -398,6 +410,10 @@ def test_report_of_a_run_whose_folder_holds_its_files_writes_no_copies(tmp_path:
     out = capsys.readouterr().out
     assert "fused_dense_add" in out and f"its files {folder / 'report.json'}" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+    # the model's layer table tune writes beside them is one of its files (4 of 6 were listed)
+    (folder / "decomposition.txt").write_text("layers\n")
+    assert main(["report", "0a1b", "--history", str(tmp_path / "none.db"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"][-1] == str(folder / "decomposition.txt")
     # a folder missing its plot, or --out-dir, writes them
     (folder / "convergence.png").unlink()
     assert main(["report", "0a1b", "--history", str(tmp_path / "none.db")]) == 0
