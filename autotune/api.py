@@ -344,6 +344,10 @@ def run(
     if casts:  # each input given in another dtype than the module takes, as numpy cast it
         result["inputs_cast"] = casts
     outputs = result.pop("output_arrays")
+    if save_outputs is not None:  # before the check: one the evaluator cannot run lost them
+        from autotune.run import save_outputs as write_outputs
+
+        result["saved_outputs"] = str(write_outputs(save_outputs, outputs, meta))
     if check is not None:
         check = str(check)
         zoo_info = meta.get("zoo") or {}
@@ -400,11 +404,12 @@ def run(
         if faint:
             result["check"]["within_atol_of_zero"] = [{"name": n, "reference_max_abs": m} for n, m in faint]
         if len(want) == len(outputs) and not all(matched) and any(map(is_half, want)) and widen:
-            result["check"].update(_half_precision_check(model.proto, feed, outputs, want, matched, atol=atol))
-    if save_outputs is not None:
-        from autotune.run import save_outputs as write_outputs
-
-        result["saved_outputs"] = str(write_outputs(save_outputs, outputs, meta))
+            judged = _half_precision_check(model.proto, feed, outputs, want, matched, atol=atol)
+            # each output's own verdict beside its "matched" (of the evaluator's half-precision
+            # outputs): "ok": true over outputs all "matched": false read as a failure per output
+            for entry, verdict in zip(result["check"]["outputs"], judged.get("float32", {}).pop("per_output", [])):
+                entry["float32"] = verdict
+            result["check"].update(judged)
     if return_outputs:
         result["output_arrays"] = outputs
     return result
@@ -499,15 +504,19 @@ def _zoo_model_for(name: str, shapes: dict[str, tuple[int, ...]]):
     not the default): a module compiled from ``autotune zoo export dqn --size 36`` was
     checked against dqn at its default 84, and the reference failed with a reshape error
     that asked whether the module was compiled from dqn. Sizes tried: the default, then
-    the inputs' last dimension (an image's width, a frame's) at their first (the batch)."""
+    each of the first input's dimensions after its first (the batch), the last first (an
+    image's width, a frame's; a transformer's or a speech model's size is its sequence
+    length, the second, and its module at size 16 was refused); then, for a model that
+    takes its sequence first and the batch second, the first at the second."""
     from autotune.decompose import shape_text
     from autotune.frontend import load_model
 
-    first = next(iter(shapes.values()), ())
+    first = [int(d) for d in next(iter(shapes.values()), ())]
     tries: list[tuple[int | None, int | None]] = [(None, None)]
     if len(first) >= 2:
-        tries.append((int(first[-1]), int(first[0])))
-    for size, batch in tries:
+        tries += [(size, first[0]) for size in dict.fromkeys(reversed(first[1:]))]
+        tries.append((first[0], first[1]))
+    for size, batch in dict.fromkeys(tries):
         try:
             model = load_model(name, size=size, batch_size=batch)
         except AutotuneError:

@@ -16,6 +16,12 @@ two units in the last place, the other seven failed (MobileNetV2 differed by up 
 the float32 model's than :data:`ERROR_FACTOR` times the reference evaluator's own
 half-precision outputs do. A wrong kernel misses by about the size of the outputs, some
 hundreds of times that.
+
+That yardstick fails where the evaluator's own half-precision run goes wrong: a
+LayerNorm of inputs near 300 squares past float16's range, the evaluator's output came
+out 3.12 off (an infinity for a ReduceL2), and 8x that passed a module of other weights
+(2026-12-07, a helper's trial). So the yardstick is held to :data:`YARDSTICK_ULPS` units
+in the last place of the output's largest value, and the factor is 4, not 8.
 """
 
 from __future__ import annotations
@@ -31,8 +37,12 @@ ZOO_DTYPES = ("float32", "float16", "bfloat16")
 HALF_TYPES = ("float16", "bfloat16")
 
 #: How much further from the float32 model than ONNX's own half-precision evaluation an
-#: output may lie (observed: at most 2.4x, on the zoo's seq2seq).
-ERROR_FACTOR = 8.0
+#: output may lie (observed: 0.68x to 2.38x over ten zoo models, the most on seq2seq).
+ERROR_FACTOR = 4.0
+#: The evaluator's own error taken as the yardstick up to this many units in the last
+#: place of the output's largest value (observed: 0.6 to 2.8 in float16 over ten zoo
+#: models, 3.5 for the transformer in bfloat16); past it, or not finite, it is held there.
+YARDSTICK_ULPS = 32
 
 
 def _half_types() -> set[int]:
@@ -135,11 +145,28 @@ def is_half(array: np.ndarray) -> bool:
 def judged_against_float32(outputs, want, want32, matched: list[bool], *, atol: float) -> dict:
     """``run --check``'s verdict where outputs differ from the reference evaluator's own
     half-precision ones (``want``; ``matched`` says which agree): each must lie no further
-    from the float32 model's (``want32``) than :data:`ERROR_FACTOR` times ``want`` does."""
-    from autotune.verify import max_abs_error
+    from the float32 model's (``want32``) than :data:`ERROR_FACTOR` times ``want`` does,
+    that held to :data:`YARDSTICK_ULPS` units in the last place of the output's largest
+    value. ``per_output`` has each output's figures and verdict (a matched one passes)."""
+    import numpy as np
 
-    ours = [max_abs_error(g, w) for g, w in zip(outputs, want32)]
-    theirs = [max_abs_error(w, w32) for w, w32 in zip(want, want32)]
-    ok = all(m or e <= ERROR_FACTOR * r + atol for m, e, r in zip(matched, ours, theirs))
-    return {"ok": ok, "float32": {"max_abs_error": max(ours), "reference_max_abs_error": max(theirs),
-                                  "allowed_factor": ERROR_FACTOR}}
+    from autotune.verify import _UNIT_ROUNDOFF, max_abs_error
+
+    per_output = []
+    for got, half, wide, same in zip(outputs, want, want32, matched):
+        ours, theirs = max_abs_error(got, wide), max_abs_error(half, wide)
+        finite = np.asarray(wide, dtype=np.float64)
+        finite = finite[np.isfinite(finite)]
+        scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+        cap = YARDSTICK_ULPS * _UNIT_ROUNDOFF.get(str(half.dtype), 2.0**-10) * scale
+        capped = not (theirs <= cap)  # an infinity or a NaN too
+        allowed = ERROR_FACTOR * (cap if capped else theirs) + atol
+        per_output.append({"max_abs_error": ours, "reference_max_abs_error": theirs, "allowed": allowed,
+                           "reference_capped": capped, "ok": bool(same or ours <= allowed)})
+    worst = max(range(len(per_output)), key=lambda i: per_output[i]["max_abs_error"] - per_output[i]["allowed"])
+    return {"ok": all(o["ok"] for o in per_output),
+            "float32": {"max_abs_error": max(o["max_abs_error"] for o in per_output),
+                        "reference_max_abs_error": max(o["reference_max_abs_error"] for o in per_output),
+                        "allowed_factor": ERROR_FACTOR, "allowed": per_output[worst]["allowed"],
+                        "reference_capped": any(o["reference_capped"] for o in per_output),
+                        "per_output": per_output}}

@@ -457,10 +457,13 @@ def test_a_layer_whose_shapes_are_known_only_at_run_time_keeps_tvms_default(tmp_
     capsys.readouterr()
     # ONNX's reference evaluator (1.23) fails in its own NonMaxSuppression: said so, not
     # 'is the module compiled from nms.onnx?', which it is
-    if main(["run", str(tmp_path / "nms.so"), "--check", str(path)]) != 0:
+    saved = tmp_path / "sel.npz"
+    if main(["run", str(tmp_path / "nms.so"), "--check", str(path), "--save-outputs", str(saved)]) != 0:
         err = capsys.readouterr().err
         assert "reference evaluator failed in the model's NonMaxSuppression operator" in err
         assert "compiled from" not in err and len(err.strip().splitlines()) == 1
+    # the outputs are written before the check: one the evaluator could not run lost them
+    assert "sel" in np.load(saved)
 
 
 def test_an_einsum_contraction_is_a_matrix_product_and_a_sum_stays_a_reduction(tmp_path):

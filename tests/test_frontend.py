@@ -588,6 +588,34 @@ def test_checks_of_half_precision_outputs_allow_a_neighbouring_value():
     assert max_abs_error(ulps(1), want) == pytest.approx(float(np.max(ulps(1).astype(np.float64) - want.astype(np.float64))))
 
 
+def test_the_half_precision_yardstick_is_held_to_units_in_the_last_place():
+    """The evaluator's own half-precision error is the yardstick, 4x it allowed; where its
+    run overflowed (3.12 off on outputs near 3, or an infinity), 8x that had passed a
+    module of other weights, so the yardstick is held to 32 units in the last place of
+    the output's largest value. Each output gets its own verdict."""
+    from autotune.half_precision import ERROR_FACTOR, YARDSTICK_ULPS, judged_against_float32
+
+    wide = np.linspace(-3.0, 3.0, 64, dtype=np.float32)
+    half = (wide + 0.001).astype(np.float16)  # the evaluator's own run, 0.001 off and more
+    theirs = float(np.max(np.abs(half.astype(np.float64) - wide)))
+    close = (wide + 3.5 * theirs).astype(np.float16)
+    far = (wide + 4.5 * theirs).astype(np.float16)
+    assert judged_against_float32([close], [half], [wide], [False], atol=0.0)["ok"]
+    verdict = judged_against_float32([far], [half], [wide], [False], atol=0.0)
+    assert not verdict["ok"] and verdict["float32"]["per_output"][0]["ok"] is False
+    assert judged_against_float32([far], [half], [wide], [True], atol=0.0)["ok"]  # it matched the evaluator's own
+    cap = YARDSTICK_ULPS * 2.0**-10 * 3.0
+    for broken in (wide + 3.12, np.full_like(wide, np.inf)):  # the evaluator's run overflowed
+        broken = broken.astype(np.float16)
+        other = (wide * 0.5).astype(np.float16)  # another model's output, 1.5 off
+        verdict = judged_against_float32([other, close], [broken, half], [wide, wide], [False, False], atol=1e-4)
+        first, second = verdict["float32"]["per_output"]
+        assert first["reference_capped"] and first["allowed"] == pytest.approx(ERROR_FACTOR * cap + 1e-4)
+        assert not first["ok"] and second["ok"] and not verdict["ok"]
+        right = (wide + 0.0005).astype(np.float16)
+        assert judged_against_float32([right], [broken], [wide], [False], atol=1e-4)["ok"]
+
+
 def test_a_half_precision_model_is_checked_against_itself_in_float32(tmp_path):
     """Two right float16 evaluations of MobileNetV2 differ by several units in the last
     place (each rounds its tensors its own way), so ``run --check`` judges a half-precision
@@ -609,8 +637,11 @@ def test_a_half_precision_model_is_checked_against_itself_in_float32(tmp_path):
     assert "float32" in right  # compared directly, the two float16 evaluations differ
     f32 = right["float32"]
     assert 0 < f32["max_abs_error"] <= f32["allowed_factor"] * f32["reference_max_abs_error"]
+    # each output's own verdict beside "matched" (the evaluator's half-precision outputs)
+    assert [(o["matched"], o["float32"]["ok"]) for o in right["outputs"]] == [(False, True)]
     wrong = api.run(module, check=str(other), repeat=1)["check"]
     assert not wrong["ok"] and wrong["float32"]["max_abs_error"] > 100 * wrong["float32"]["reference_max_abs_error"]
+    assert [o["float32"]["ok"] for o in wrong["outputs"]] == [False]
     # an rtol given is applied as given: atol=0, rtol=0 passed a module 0.002 off; the
     # check says the rtol it applied (float16's two units in the last place: 2 ** -9)
     assert right["tolerance"] == {"rtol": 2.0**-9, "atol": 1e-4, "widened_for_half_precision": True}
