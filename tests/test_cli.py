@@ -894,6 +894,12 @@ def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, 
     assert json.loads(capsys.readouterr().out)["check"]["ok"]
     _user_error(capsys, ["run", "dqn36.so", "--check", "mobilenetv2", "--repeat", "1"],
                 contains=("no size of it takes this module's input 1x4x36x36: is the module compiled from mobilenetv2?",))
+    # a transformer's size is its sequence length, the input's second dimension (refused at 16)
+    assert main(["zoo", "export", "transformer", "--size", "16", "-o", "tr16.onnx"]) == 0
+    assert main(["compile", "tr16.onnx", "--target", "llvm", "-o", "tr16.so"]) == 0
+    capsys.readouterr()
+    assert main(["run", "tr16.so", "--check", "transformer", "--repeat", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["check"]["ok"]
 
 
 def test_a_history_that_ends_with_the_command_is_refused_where_it_would_be_written(capsys, env):
