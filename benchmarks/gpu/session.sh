@@ -42,7 +42,7 @@
 #   bash benchmarks/gpu/session.sh nvrtc     # NVRTC with and without the build workers' header cache
 #   bash benchmarks/gpu/session.sh builds    # what a candidate build is made of: compile, NVRTC, link, pool waiting
 #   bash benchmarks/gpu/session.sh retime    # each tuner's final configs timed again side by side (RESULTS, ROUNDS)
-#   bash benchmarks/gpu/session.sh queued    # queued timing against TVM's evaluator, 2 to 100 us kernels (20 s)
+#   bash benchmarks/gpu/session.sh queued    # queued timing against TVM's evaluator, 2 to 100 us kernels (20 s), then a DQN tune timed so
 #   BUDGET=540 bash benchmarks/gpu/session.sh plan  # the plan's open items in order, call after call
 #
 # The history benchmark outlasts one 10-minute call. LIMIT=seconds bounds each call; the
@@ -142,8 +142,10 @@
 #    5.87 us against 3.20 to 3.67), the other five layers' within 2%. Near 3.5 us again,
 #    it was that machine (the env step now records the host's CPU and the GPU's clocks);
 #    near 4.8 again, it is how retime times them against how the benchmark did.
-# 12. First, about three minutes: 12a, queued timing against TVM's evaluator on one
-#    elementwise kernel of 2 to 100 us (`session.sh queued`, 20 s); then the six-layer finals (item 8) timed from launches
+# 12. First, about four minutes: 12a, queued timing against TVM's evaluator on one
+#    elementwise kernel of 2 to 100 us (`session.sh queued`, 20 s), and the product's own
+#    path, `autotune tune dqn --timing queued` (4 trials, a minute or so; every record it
+#    writes should say queued); then the six-layer finals (item 8) timed from launches
 #    queued behind a spin kernel (`--timing queued`, autotune/queued_timing.py; never yet
 #    run on a GPU), then by TVM's evaluator as before, on one machine (TAG=_plan12 and
 #    _plan12b). Item 10 found a floor under TVM's evaluator's timings of few-us kernels
@@ -337,8 +339,8 @@ queued)
   fi
   # the product's own path (`autotune tune --timing queued`, never run on a GPU): a
   # small model, every record it writes marked queued (`history show` lists "queued")
-  step queued_tune 150 $py -m autotune tune dqn --target cuda --timing queued --trials 8 --no-mlflow --json --quiet \
-    --history "$R/queued_tune.db"
+  step queued_tune 120 $py -m autotune tune dqn --target cuda --timing queued --trials 4 --no-model-latency --no-mlflow \
+    --json --quiet --history "$R/queued_tune.db"
   step queued_records 30 $py -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); print(dict(c.execute('SELECT coalesce(timing, \\'launches\\'), count(*) FROM records GROUP BY 1')))" "$R/queued_tune.db"
   ;;
 half)
