@@ -948,13 +948,7 @@ def test_a_file_from_before_twins_were_marked(tmp_path: Path) -> None:
     con = sqlite3.connect(path)
     assert "twin" in {row[1] for row in con.execute("PRAGMA table_info(records)")}
     con.close()
-    doc = _valid_doc(tmp_path)
-    for rec in doc["records"]:
-        del rec["twin"]
-    (tmp_path / "old.json").write_text(json.dumps(doc))
-    with open_history(tmp_path / "dst.db") as dst:
-        assert import_json(dst, tmp_path / "old.json")["added"] == 6
-        assert not any(r.twin for r in dst.records())
+    assert not any(r.twin for r in _imported_without(tmp_path, "twin"))
 
 
 def test_records_say_how_they_were_timed_and_older_files_read_as_launches(tmp_path: Path) -> None:
@@ -988,13 +982,19 @@ def test_records_say_how_they_were_timed_and_older_files_read_as_launches(tmp_pa
         store.add_record(workload_key=DENSE.key, target_key=GPU.key, space_id="d1", config={"k": 8}, samples=[1e-3],
                          status="ok", timing="queued")
         assert [r.timing for r in store.records(workload_key=DENSE.key)] == ["launches", "queued"]
+    assert {r.timing for r in _imported_without(tmp_path, "timing")} == {"launches"}
+
+
+def _imported_without(tmp_path: Path, field: str) -> list[Any]:
+    """The records of an export whose records lack ``field`` (as files written before it
+    was added), imported into a fresh history."""
     doc = _valid_doc(tmp_path)
     for rec in doc["records"]:
-        del rec["timing"]
-    (tmp_path / "old.json").write_text(json.dumps(doc))
-    with open_history(tmp_path / "dst.db") as dst:
-        assert import_json(dst, tmp_path / "old.json")["added"] == 6
-        assert {r.timing for r in dst.records()} == {"launches"}
+        del rec[field]
+    (tmp_path / f"without-{field}.json").write_text(json.dumps(doc))
+    with open_history(tmp_path / f"without-{field}.db") as dst:
+        assert import_json(dst, tmp_path / f"without-{field}.json")["added"] == 6
+        return dst.records()
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
