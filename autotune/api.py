@@ -633,10 +633,9 @@ def _write_decomposition(model_layers, out_dir: Path) -> list[Path]:
     import json
 
     from autotune.decompose import format_table
-
-    out_dir.mkdir(parents=True, exist_ok=True)
     from autotune.report import DECOMPOSITION_NAMES
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     text = out_dir / DECOMPOSITION_NAMES[0]
     text.write_text(format_table(model_layers), encoding="utf-8")
     data = out_dir / DECOMPOSITION_NAMES[1]
