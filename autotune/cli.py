@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     _target_arg(p)
     _history_arg(p)
     p.add_argument("--trials", type=int, default=64, help="measured trials for the whole model (default 64)")
-    p.add_argument("--tuner", default="auto", help="auto (by history match), random, xgb, tl_xgb, ga, gga")
+    p.add_argument("--tuner", default="auto", help="auto (by history match), random, xgb, tl_xgb, ga, gga; a tuner named "
+                   "tunes every layer history has no winner for (exact hits are still reused), with no one-trial probes")
     p.add_argument("--batch", type=int, default=8, help="configs built and measured per round (default 8)")
     p.add_argument("--min-trials", type=int, default=DEFAULT_MIN_TRIALS,
                    help=f"trials at least for every tuned layer (default {DEFAULT_MIN_TRIALS})")
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-probes", dest="probes", action="store_false",
         help="with the adaptive split, give a layer history covers closely a full first chunk even when the "
-        "budget cannot reach every layer (default: one trial first, the rest when trials remain)",
+        "budget cannot reach every layer (default: one trial first, the rest when trials remain; only with --tuner auto)",
     )
     p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time (of those history has no winner for)")
     p.add_argument("--high", type=float, default=0.8, help="match score from which the guided GA is used (default 0.8)")

@@ -121,6 +121,10 @@ class JsonReporter(Reporter):
         pass
 
 
+#: Off a terminal, a layer's trials are said at most this often (a line each).
+PLAIN_EVERY_S = 30.0
+
+
 class RichReporter(Reporter):
     """An overall bar plus one bar for the layer being tuned (trials done, best so far, ETA) on stderr.
 
@@ -166,6 +170,12 @@ class RichReporter(Reporter):
         self._finished: set[str] = set()
         self._started = False
         self._closed = False
+        # off a terminal (a log, CI, a pipe) rich draws no bars: nothing came for most of a
+        # tune (27 s, then every layer's line at once), which read as a hang. There, stages,
+        # layer starts and, every PLAIN_EVERY_S, a layer's trials are lines of their own.
+        self._plain = not self.console.is_terminal
+        self._last_line: dict[str, float] = {}
+        self._last_stage = ""
 
     def _ensure_started(self) -> None:
         if not self._started:
@@ -191,6 +201,14 @@ class RichReporter(Reporter):
     def stage(self, text: str) -> None:
         if self._overall is not None:  # on the model's bar, until its first layer starts
             self._progress.update(self._overall, description=f"{self._model_title}: {text}")
+        if self._plain and text != self._last_stage:
+            self._last_stage = text
+            self._line(f"{self._model_title}: {text}")
+
+    def _line(self, text: str) -> None:
+        from rich.markup import escape
+
+        self.console.print(escape(text), soft_wrap=True)
 
     def start_layer(self, name: str, trials: int, tuner: str | None, match_score: float | None) -> None:
         self._ensure_started()
@@ -204,6 +222,10 @@ class RichReporter(Reporter):
         self._layer_tasks[name] = self._progress.add_task(
             f"  {name} [{tuner or 'no trials'}{score}]", total=max(int(trials), 1), best="best -"
         )
+        if self._plain and tuner:
+            self._last_line[name] = time.monotonic()
+            given = f", {trials} trial{'' if trials == 1 else 's'}" if trials else ""  # an adaptive split gives them later
+            self._line(f"tuning {name} [{tuner}{score}]{given}")
 
     def layer_budget(self, name: str, trials: int) -> None:
         self._budgets[name] = int(trials)
@@ -218,6 +240,9 @@ class RichReporter(Reporter):
             self._progress.update(task, completed=done, best=f"best {format_latency(best_latency)}")
         if self._overall is not None:
             self._progress.update(self._overall, completed=self._overall_completed())
+        if self._plain and time.monotonic() - self._last_line.get(name, 0.0) >= PLAIN_EVERY_S:
+            self._last_line[name] = time.monotonic()
+            self._line(f"  {name}: {done} of {self._budgets.get(name, done)} trials, best {format_latency(best_latency)}")
 
     def end_layer(self, name: str, summary: Mapping[str, Any]) -> None:
         self._finished.add(name)
@@ -247,9 +272,7 @@ class RichReporter(Reporter):
         self.console.print("[green]done[/green] " + escape("  ".join(parts)), soft_wrap=True)
 
     def message(self, text: str) -> None:
-        from rich.markup import escape
-
-        self.console.print(escape(text), soft_wrap=True)
+        self._line(text)
 
     def close(self) -> None:
         if self._started and not self._closed:

@@ -150,6 +150,9 @@ def load_layers(
     return LoadedModel(spec, mod, decompose.decompose(mod, batch_size=spec.batch_size, sequence_first=spec.sequences_carry_batch_second), batch_norm)
 
 
+#: Layers whose shallow history a tune says (the first with its advice), before one line
+#: says the rest are not said.
+SHALLOW_NOTES = 3
 #: The whole model is timed with TVM's defaults and with history's schedules in turn, this
 #: many rounds each, at the end of the tune: timed minutes apart, before the tune and
 #: after it, the two read 0.98x for a MobileNetV2 whose modules, timed in turn, were 1.46x
@@ -183,9 +186,9 @@ class TuneSession:
         self._interrupts = interrupt_mark()
         #: configs measured this run per op class: new evidence a cold layer's match may gain
         self._measured_by_class: dict[str, int] = {}
-        #: whether this run has said in full what a shallow history means (once is enough:
+        #: layers this run has said a shallow history of (the advice in full once is enough:
         #: a 48-trial ResNet-50 tune printed the same advice 19 times)
-        self._told_shallow = False
+        self._told_shallow = 0
 
     def measurer(self):
         """The session's measurer, made on first use: its build workers start then, so a
@@ -633,9 +636,10 @@ class TuneSession:
         out["history_records"] = {"used": len(priors), "restated_for_vector_width": sum(p.restated for p in priors), **depth}
         tuner = make_tuner(decision.tuner, space, seed=self.options.seed, priors=priors, layer_features=layer.features())
         if is_shallow(depth) and decision.tuner in ("gga", "tl_xgb"):
-            self.reporter.message(shallow_history_message(layer.name, depth, decision.tuner, brief=self._told_shallow,
-                                                          handover=getattr(tuner, "handover", 0)))
-            self._told_shallow = True
+            note = shallow_note(self._told_shallow, layer.name, depth, decision.tuner, handover=getattr(tuner, "handover", 0))
+            if note:
+                self.reporter.message(note)
+            self._told_shallow += 1
         elif not m.neighbours and decision.dispatch == "override" and decision.tuner in ("gga", "tl_xgb"):
             # --tuner gga on a history with nothing like the layer: it starts as a cold one would
             self.reporter.message(f"{layer.name}: {decision.tuner} has no history to draw on (nothing like this layer "
@@ -943,6 +947,17 @@ class _LayerTuning:
     others_at_match: int = 0
 
 
+def shallow_note(told: int, layer_name: str, depth: dict[str, Any], tuner: str, *, handover: int = 0) -> str | None:
+    """What a tune says of the shallow history of its layer after ``told`` such layers:
+    the advice once, what history holds for a few more, then one line and no more (a
+    24-trial tune printed 16 of them; each layer's ``history_records`` keeps it)."""
+    if told < SHALLOW_NOTES:
+        return shallow_history_message(layer_name, depth, tuner, brief=told > 0, handover=handover)
+    if told == SHALLOW_NOTES:
+        return "more layers' history is shallow too: not said again (their history_records in report.json say what it holds)"
+    return None
+
+
 def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, *, brief: bool = False,
                             handover: int = 0) -> str:
     """What a guided tuner's user is told when the history it draws on is shallow; with
@@ -962,7 +977,9 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, 
         return f"{layer_name}: history is shallow too, {held}"
     return (f"{layer_name}: history is shallow, {held}; {tuner} may settle near {whose} unconverged winners (tuning the "
             "most similar layer longer is what deepens it where it counts)"
-            + (f"; after {handover} trials (its first population) gga hands the layer to tl_xgb" if handover else ""))
+            # "if": read as a plan, it promised a hand-over to layers given 1 or 3 trials
+            + (f"; given more than {handover} trials (its first population), gga hands the layer to tl_xgb"
+               if handover else ""))
 
 
 def _ratio(default: float | None, best: float | None) -> float | None:

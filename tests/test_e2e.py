@@ -982,7 +982,7 @@ def test_the_shallow_history_message_counts_its_layers() -> None:
     assert "2 similar layers with a median of 6.5 measured configs each (the most similar, at 0.41, holds 8)" in two
     assert "near their unconverged winners" in two
     # with its count: a one-trial probe never gets there, and said bare it read as done
-    assert two.endswith("; after 32 trials (its first population) gga hands the layer to tl_xgb")
+    assert two.endswith("; given more than 32 trials (its first population), gga hands the layer to tl_xgb")
     assert "hands the layer" not in shallow_history_message("L", {"sources": 2, "per_source_median": 6.5, "nearest_similarity": 0.41,
                                                                   "nearest_configs": 8}, "gga", handover=0)
 
@@ -1001,6 +1001,13 @@ def test_the_shallow_history_advice_is_given_once_then_only_what_history_holds()
                      "(the most similar, at 0.81, holds 1)")
     one = shallow_history_message("conv_c", {**depth, "sources": 1, "nearest_configs": 1}, "tl_xgb", brief=True)
     assert one == "conv_c: history is shallow too, 1 similar layer, at 0.81, with 1 measured config"
+    # a few layers said, then one line, then nothing: a 24-trial tune printed 16 notes
+    from autotune.tune import SHALLOW_NOTES, shallow_note
+
+    notes = [shallow_note(told, f"conv{told}", depth, "gga", handover=16) for told in range(SHALLOW_NOTES + 3)]
+    assert notes[0] == full.replace("conv_a", "conv0") and notes[1].startswith("conv1: history is shallow too")
+    assert notes[SHALLOW_NOTES].startswith("more layers' history is shallow too: not said again")
+    assert notes[SHALLOW_NOTES + 1:] == [None, None]
 
 
 def test_a_tune_stopped_after_its_layers_before_its_report_is_no_finished_run(tmp_path, monkeypatch):

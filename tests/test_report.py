@@ -761,6 +761,33 @@ def test_rich_reporter_says_what_it_does_before_the_first_trial() -> None:
     reporter.close()
 
 
+def test_rich_reporter_off_a_terminal_says_each_stage_and_layer_as_a_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off a terminal rich draws no bars: a tune piped to a log said nothing for 27 s, then
+    every layer's "done" line at once, and read as a hung run."""
+    from autotune import progress
+
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    reporter.start_model("mobilenetv2", [("conv_a", 3)])
+    reporter.stage("timing TVM's default schedule of 1 layer")
+    reporter.stage("timing TVM's default schedule of 1 layer")  # said once
+    reporter.start_layer("conv_a", 3, "xgb", 0.0)
+    reporter.trial("conv_a", 1, 0.002)  # within PLAIN_EVERY_S of the start: no line
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    reporter.trial("conv_a", 2, 0.001)
+    reporter.close()
+    lines = buf.getvalue().splitlines()
+    assert lines.count("mobilenetv2 (1 layer): timing TVM's default schedule of 1 layer") == 1
+    assert "tuning conv_a [xgb match 0.00], 3 trials" in lines
+    assert "  conv_a: 2 of 3 trials, best 1.000 ms" in lines and not any("1 of 3 trials" in line for line in lines)
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    reporter.start_model("m", [("conv_a", None)], total=4)
+    reporter.start_layer("conv_a", 0, "gga", 0.9)  # the adaptive split gives its trials later: no "0 trials"
+    reporter.close()
+    assert "tuning conv_a [gga match 0.90]" in buf.getvalue().splitlines()
+
+
 def test_rich_reporter_names_a_layer_the_budget_did_not_reach() -> None:
     buf = io.StringIO()
     reporter = make_reporter("rich", buf)
@@ -860,5 +887,5 @@ def test_rich_reporter_keeps_the_count_and_eta_at_80_columns(monkeypatch: pytest
     reporter.trial("fused_conv2d3_add1_relu1_and_more", 3, 1.2e-3)
     reporter._progress.refresh()
     reporter.close()
-    lines = [line for line in buf.getvalue().splitlines() if "fused_conv2d3" in line]
-    assert lines and all(len(line) <= 80 and "3/10" in line and "eta" in line and "…" in line for line in lines)
+    lines = [line for line in buf.getvalue().splitlines() if "fused_conv2d3" in line and " eta" in line]  # the bars
+    assert lines and all(len(line) <= 80 and "3/10" in line and "…" in line for line in lines)
