@@ -1242,7 +1242,7 @@ elif phase == "constant folding":  # a real SIGINT while FoldConstant builds the
             os.kill(os.getpid(), signal.SIGINT)
         return tirx_build(*args, **kwargs)
     tvm.register_global_func("tirx.build", build_once_interrupted, override=True)
-else:  # timing the model before tuning: its first build (Ctrl-C is pressed once)
+else:  # timing the model, after tuning: its first build (Ctrl-C is pressed once)
     build, builds = autotune.compile.build, []
     def build_once_interrupted(mod, target):
         builds.append(mod)
@@ -1289,10 +1289,10 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
     assert proc.stderr.strip().splitlines()[-1] == said[command]
     assert "Traceback" not in proc.stderr
     assert not out.exists()
-    if phase == "model timing":  # the run had begun: it is marked killed, and nothing was tuned
+    if phase == "model timing":  # at the tune's end: the run is marked killed, its trials kept
         with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
             assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
-            assert db.execute("select count(*) from records where tuner = 'xgb'").fetchone() == (0,)
+            assert db.execute("select count(*) from records where tuner = 'xgb'").fetchone() == (2,)
 
 
 def test_import_cli_does_not_import_heavy_modules(env):
