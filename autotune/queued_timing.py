@@ -7,7 +7,8 @@ A kernel shorter than the host's time to launch one (TVM's call path and
 interval instead of its own. On the H100 of 2026-11-28, 23 of 37 small layers' best of
 64 configs came to 3.55 to 4.46 us, whatever their size, and the same few-microsecond
 programs timed 1.3x to 1.7x apart from one session's host to the next, where programs
-of 6 us and more agreed within 2% (benchmarks/HISTORY_GUIDED.md, plan items 9 and 10):
+of 6 us and more agreed within 4%, their medians within 2% (benchmarks/HISTORY_GUIDED.md,
+plan items 9 and 10):
 below the floor, configs cannot be told apart, and a tuner is steered by noise.
 
 Here each timed batch of launches is enqueued while the GPU is still busy with a spin

@@ -110,11 +110,12 @@ def measured_at_random(layer, space, measurer, n: int) -> tuple[list, np.ndarray
     return [configs[i] for i in keep], np.array([results[i].latency for i in keep])
 
 
-def drawn_from_file(path: str, target_key: str, layer, n: int, seed: int = 0) -> tuple[list, np.ndarray]:
-    """``n`` of the layer's measured configs in a measurement file, drawn at random."""
+def drawn_from_file(path: str, target_key: str, layer, n: int, seed: int = 0, lines: int | None = None) -> tuple[list, np.ndarray]:
+    """``n`` of the layer's measured configs in a measurement file (its first ``lines``),
+    drawn at random: from a file that has grown since, other configs are drawn."""
     from history_guided.recorded import measured_configs
 
-    measured = sorted(measured_configs(path, target_key, layer.workload_key).items())
+    measured = sorted(measured_configs(path, target_key, layer.workload_key, lines=(0, lines)).items())
     if len(measured) < 2 * 8:
         raise SystemExit(f"error: {path} holds {len(measured)} measured configs of {layer.name} on {target_key}; "
                          "at least 16 are needed")
@@ -130,6 +131,9 @@ def main() -> int:
     parser.add_argument("--folds", type=int, default=4)
     parser.add_argument("--target", default="llvm", help="llvm (measured here), or the target of --measurements")
     parser.add_argument("--measurements", help="draw each layer's configs from this measurement file instead of measuring")
+    parser.add_argument("--measurement-lines", type=int, metavar="N",
+                        help="draw from the file's first N lines only, as it stood when a result was recorded (each result "
+                             "says how many it read under measurement_lines)")
     parser.add_argument("--device-name", help="the GPU the file was measured on (its target key names it)")
     parser.add_argument("--no-shared-memory-estimate", action="store_true",
                         help="CUDA spaces as the file's runs before 2026-11-26 drew them")
@@ -139,6 +143,7 @@ def main() -> int:
         raise SystemExit(f"error: --measurements: no file at {args.measurements}")
 
     from history_guided.layers import layer_at
+    from history_guided.measurers import line_count
     from history_guided.recorded import recorded_space, recorded_target
 
     target = recorded_target(args.target, args.device_name)
@@ -152,7 +157,7 @@ def main() -> int:
         layer = layer_at(spec, args.size)
         space = recorded_space(layer, target, shared_memory_estimate=not args.no_shared_memory_estimate)
         if args.measurements:
-            configs, latency = drawn_from_file(args.measurements, target.key, layer, args.configs)
+            configs, latency = drawn_from_file(args.measurements, target.key, layer, args.configs, lines=args.measurement_lines)
         else:
             configs, latency = measured_at_random(layer, space, measurer, args.configs)
         ours, t_ours = our_features(space, configs, layer)
@@ -175,7 +180,8 @@ def main() -> int:
         for name in ("ours", "tvm_per_store")
     }
     result = {"benchmark": "held-out rank prediction of measured latency", "target": target.key,
-              "configs_from": args.measurements or "random, measured here", "layers": rows, "summary": summary}
+              "configs_from": args.measurements or "random, measured here", "layers": rows, "summary": summary,
+              **({"measurement_lines": args.measurement_lines or line_count(args.measurements)} if args.measurements else {})}
     emit(result, args.out, indent=1)
     return 0
 

@@ -97,6 +97,9 @@ def main() -> int:
                         help="answer every measurement from this measurement file (no hardware); an existing --history-db is "
                              "used as it is, a new one is built from the file as the recorded run built it")
     parser.add_argument("--replay-target", help="which target's lines to replay (default: the file's only one)")
+    parser.add_argument("--replay-lines", type=int, metavar="N",
+                        help="replay the file's first N lines only, as it stood when a result was recorded (each result "
+                             "says under replay.lines how many it read): approximated answers depend on what the file holds")
     parser.add_argument("--approximate", choices=tuple(APPROXIMATION_WORDS), default="nearest",
                         help="how a replay answers a config the file lacks: the nearest measured config's latency (as every "
                              "recorded replay did), or a surrogate model's of the layer's measured configs (fewer false finds "
@@ -132,6 +135,8 @@ def main() -> int:
     t_start = time.perf_counter()
     space_options = {"estimate_shared": False} if args.no_shared_memory_estimate else {}
     target = resolve_target(args.target)
+    if args.replay_lines is not None and (args.replay_lines < 1 or not args.replay):
+        raise SystemExit("--replay-lines: a count of 1 or more, with --replay")
     if args.replay:
         if not os.path.isfile(args.replay):
             raise SystemExit(f"--replay: no measurement file at {args.replay}")
@@ -149,9 +154,10 @@ def main() -> int:
         # History is filed under the recorded device: the replay must match against it
         # exactly as the recorded run did (another device's records count less).
         target = dataclasses.replace(target, device_name=device)
-        cm = ReplayMeasurer(args.replay, replay_key, approximate=args.approximate, timing=args.timing)
-        log(f"replaying {cm.loaded} measurements on {replay_key} from {args.replay}")
-        history_cm = cm if args.timing == LAUNCHES else ReplayMeasurer(args.replay, replay_key, approximate=args.approximate)
+        cm = ReplayMeasurer(args.replay, replay_key, approximate=args.approximate, timing=args.timing, lines=args.replay_lines)
+        log(f"replaying {cm.loaded} measurements on {replay_key} from {args.replay} ({cm.lines} lines)")
+        history_cm = cm if args.timing == LAUNCHES else ReplayMeasurer(args.replay, replay_key, approximate=args.approximate,
+                                                                        lines=args.replay_lines)
     else:
         from autotune.errors import AutotuneError
         from autotune.tune import ensure_measurable
@@ -233,7 +239,7 @@ def main() -> int:
             **({"timing": args.timing} if args.timing != LAUNCHES else {}), "wall_seconds": round(time.perf_counter() - t_start, 1),
             **({"measure_seconds": {k: round(v, 1) for k, v in cost.items()}} if (cost := cm.cost_seconds()) else {}),
             **({"measure_twins": twins} if (twins := cm.twins()) is not None else {}),
-            **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked,
+            **({"replay": {"file": args.replay, "target": cm.target_key, "asked": cm.asked, "lines": cm.lines,
                                   "approximated": cm.approximations, "approximation": cm.approximate}} if args.replay else {}),
             "layers": rows, "summary": summary,
             "arguments": {k: v for k, v in vars(args).items() if v is not None},

@@ -21,7 +21,7 @@ RUN_STATUSES: tuple[str, ...] = ("running", "finished", "failed", "killed")
 #: How a record's samples were timed: "launches" back to back by TVM's evaluator (every
 #: record before 2026-12-07, and every CPU record), or "queued" behind a spin kernel so
 #: that the host's launch rate does not pace them (``autotune.queued_timing``, CUDA only).
-#: Few-microsecond kernels time lower queued; configs of 6 us and more agree within 2%.
+#: Few-microsecond kernels time lower queued; configs of 6 us and more agree within 4%.
 RECORD_TIMINGS: tuple[str, ...] = ("launches", "queued")
 #: Error texts are cut to this many characters: compiler logs can be megabytes.
 MAX_ERROR_CHARS = 4000

@@ -566,7 +566,7 @@ def test_model_timing_failure_keeps_the_tune_and_says_why(workdir, capsys, monke
     reason = "compiling the model for llvm failed: injected fault"
     assert report["model_latency_errors"] == {"model_latency_before": reason, "model_latency_after": reason}
     assert sum(layer["trials"] for layer in report["layers"]) == 4
-    assert f"not measured: {reason}" in format_table(report)
+    assert f"not measured: {reason}" in " ".join(format_table(report).split())  # the caption wraps where it is long
 
 
 def test_a_model_too_slow_to_time_is_not_timed_and_the_tune_says_why(workdir, capsys, monkeypatch):

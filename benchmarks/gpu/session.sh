@@ -151,7 +151,7 @@
 #    _plan12b). Item 10 found a floor under TVM's evaluator's timings of few-us kernels
 #    (5.1 us on that session's host, 4.3 on the twentieth's; 3.55 in the benchmark's own
 #    runs): if queued timing works, configs of 5.6 us and more agree with TVM's evaluator
-#    within 2% and MobileNetV2's and the first conv's finals spread out under the floor.
+#    within 4% (medians 2%) and MobileNetV2's and the first conv's finals spread out under the floor.
 #    Then decide how few-us layers are timed in the benchmark (their file's timings are
 #    TVM's evaluator's, on the hosts of their sessions).
 # 13. Only if item 12 shows queued timing works: the two floor-bound layers (MobileNetV2's

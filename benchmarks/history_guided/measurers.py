@@ -190,7 +190,11 @@ class ReplayMeasurer:
     far as that count is small, and exact for the tuners and seeds that made the file.
     """
 
-    def __init__(self, path: str, target_key: str, approximate: str = "nearest", timing: str = LAUNCHES):
+    def __init__(self, path: str, target_key: str, approximate: str = "nearest", timing: str = LAUNCHES,
+                 lines: int | None = None):
+        """``lines``: the file's first lines only, as it stood when a replay was recorded: a
+        config it lacks is approximated from what the file holds, and later sessions'
+        lines changed 14 of 300 approximated answers of a recorded screen."""
         from autotune.search.replay import APPROXIMATIONS
 
         if approximate not in APPROXIMATIONS:
@@ -199,7 +203,8 @@ class ReplayMeasurer:
         self.tables: dict[str, list[dict]] = {}
         self.target_key = target_key
         self.timing = timing
-        for rec in records(path, timing=timing):
+        self.lines = lines if lines is not None else line_count(path)  # said in the result, to replay it again
+        for rec in records(path, timing=timing, lines=(0, lines)):
             if rec["target"] == target_key:
                 self.tables.setdefault(rec["layer"], []).append(
                     {"config": rec["config"], "latency_median": rec["latency"], "status": rec["status"]})
@@ -294,6 +299,12 @@ class ReplayMeasurer:
 
     def close(self) -> None:
         pass
+
+
+def line_count(path: str) -> int:
+    """How many lines the measurement file has (what a result says it replayed)."""
+    with open(path, "rb") as fh:
+        return sum(1 for _ in fh)
 
 
 def records(path: str, *, parse_configs: bool = True, lines: tuple[int, int | None] | None = None,
