@@ -97,6 +97,10 @@ def main() -> int:
                         help="answer every measurement from this measurement file (no hardware); an existing --history-db is "
                              "used as it is, a new one is built from the file as the recorded run built it")
     parser.add_argument("--replay-target", help="which target's lines to replay (default: the file's only one)")
+    parser.add_argument("--keep-history", action="store_true",
+                        help="with --replay and an existing --history-db: write what the replay adds to history back to "
+                             "it, where the file answered every one of those configs (else it is left as it was), so that "
+                             "steps of a recorded run (a history completed in two calls, say) replay one after another")
     parser.add_argument("--replay-lines", type=int, metavar="N",
                         help="replay the file's first N lines only, as it stood when a result was recorded (each result "
                              "says under replay.lines how many it read): approximated answers depend on what the file holds")
@@ -135,6 +139,8 @@ def main() -> int:
     t_start = time.perf_counter()
     space_options = {"estimate_shared": False} if args.no_shared_memory_estimate else {}
     target = resolve_target(args.target)
+    if args.keep_history and not (args.replay and args.history_db and os.path.exists(args.history_db)):
+        raise SystemExit("--keep-history: with --replay and an existing --history-db (a new one is kept anyway)")
     if args.replay_lines is not None and (args.replay_lines < 1 or not args.replay):
         raise SystemExit("--replay-lines: a count of 1 or more, with --replay")
     if args.replay:
@@ -191,7 +197,7 @@ def main() -> int:
         # the database it was given as records. The copy is scratch, removed when the
         # benchmark ends (kept alive by this name until then).
         scratch = tempfile.TemporaryDirectory(prefix="bench-replay-")
-        db = copy_database(db, scratch.name)
+        given, db = db, copy_database(db, scratch.name)
     store = None if fresh_db else open_history(db)
     if args.replay:  # before a new database is written
         cm.check_holds({layer.workload_key: f"{model}:{layer.name}" for model, layer in targets})
@@ -205,6 +211,12 @@ def main() -> int:
                             seed=args.history_seed, exclude=exclude, tuner_name=args.history_tuner, batch=args.batch,
                             space_options=space_options)
     n_hist = made_by.total()
+    if args.keep_history and args.replay and not fresh_db:
+        if history_cm.approximations:
+            log(f"history not kept: {history_cm.approximations} of its answers were approximated; {given} is as it was")
+        else:  # every record it added the file measured: the recorded run's history, as it was then
+            copy_database(db, os.path.dirname(os.path.abspath(given)), name=os.path.basename(given))
+            log(f"history kept in {given} (every answer from the file)")
     t_hist = time.perf_counter() - t_start
     log(f"history: {n_hist} records in {t_hist:.0f} s, {', '.join(kept_out)} kept out ({history_cm.cost_summary()})")
     if cm is None:  # measured, --timing queued: the history's measurer done, the comparison's begins

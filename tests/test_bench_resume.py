@@ -542,6 +542,14 @@ def test_a_replay_completes_an_existing_history_on_a_copy(tmp_path, monkeypatch)
     with pytest.raises(SystemExit, match="of --source resnet18:3: conv2d3;") as exit_:
         run(shallow, "lacking", 4, "--replay", str(measurements), "--source", "resnet18:3")
     assert "\n" not in str(exit_.value) and records(shallow) == before
+    # --keep-history: a replay whose history the file answered throughout writes it back,
+    # so the steps of a recorded run replay one after another; one it approximated, not
+    deeper = run(shallow, "deeper", 6, "--replay", str(measurements), "--keep-history")
+    assert deeper["replay"]["approximated"] > 0 and records(shallow) == before
+    run(shallow, "kept", 4, "--replay", str(measurements), "--keep-history")
+    assert records(shallow) == records(tmp_path / "deepened.db") > before
+    with pytest.raises(SystemExit, match="--keep-history: with --replay and an existing --history-db"):
+        run(tmp_path / "none.db", "none", 4, "--replay", str(measurements), "--keep-history")
 
 
 def test_the_fastest_config_is_checked_against_the_layers_reference():

@@ -84,12 +84,13 @@ def layers_to_complete(store, target, models, size, per_layer, exclude: set[str]
     return [layer for layer, have in source_records(store, target, models, size, exclude) if len(have) < per_layer]
 
 
-def copy_database(path: str, dest_dir: str) -> str:
+def copy_database(path: str, dest_dir: str, name: str | None = None) -> str:
     """A consistent copy of the SQLite history at ``path`` (SQLite's backup API, so a
-    write-ahead log is taken along), for work that must leave the original as it is."""
+    write-ahead log is taken along), for work that must leave the original as it is;
+    ``name`` (default: the original's) in ``dest_dir``, replacing what is there."""
     import sqlite3
 
-    dest = os.path.join(dest_dir, os.path.basename(path))
+    dest = os.path.join(dest_dir, name or os.path.basename(path))
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src, closing(sqlite3.connect(dest)) as out:
         src.backup(out)
     return dest
