@@ -22,6 +22,7 @@ Run:  python benchmarks/bench_features.py --configs 120 --out FILE
       python benchmarks/bench_features.py --target cuda:sm_90 --device-name NVIDIA-H100-80GB-HBM3 \\
         --measurements benchmarks/results/gpu_h100/history_guided_cuda_measurements.jsonl --no-shared-memory-estimate \\
         --layers resnet18:0,resnet18:1,resnet18:3,resnet18:4,mobilenetv2:5,resnet18:7 --configs 600 --out FILE
+      (add --measurement-lines 22422 to draw what features_h100_file.json drew, from the file as it stood)
 """
 
 from __future__ import annotations
