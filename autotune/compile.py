@@ -608,7 +608,7 @@ def compile_model(
     history_key = history_target_key(store, target)
     mod, applied = apply_history(mod, layers, target, store, target_key=history_key)
     hint = history_layering_hint(store, spec, target_key=history_key, batch_norm=batch_norm)
-    tuning = _tuning_note(store)
+    tuning = _tuning_note(store, spec.name, {layer.workload_key for layer in layers if layer.tunable})
     say(f"building for {target.key}")
     executable = build(mod, target)
     if target.kind == "cuda":
@@ -658,14 +658,16 @@ def compile_model(
     }
 
 
-def _tuning_note(store) -> tuple[list[str], str | None]:
-    """The runs still tuning on ``store``, and a line saying what that means for the
-    module (a compile during a tune said nothing of it)."""
+def _tuning_note(store, model: str, workload_keys: set[str]) -> tuple[list[str], str | None]:
+    """The runs still tuning on ``store`` this model's layers (a run of this model, or one
+    that has measured one of its layers), and a line saying what that means for the module
+    (a compile during a tune said nothing of it; one of AlexNet was told of a ResNet-18 tune)."""
     from autotune.run_status import runs_in_progress
 
     if store is None:
         return [], None
-    running = runs_in_progress(store)
+    running = [run for run in runs_in_progress(store)
+               if run["model"] == model or any(r.workload_key in workload_keys for r in store.records(run_id=run["run_id"]))]
     if not running:
         return [], None
 

@@ -396,13 +396,12 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     if busy is not None and busy >= BUSY_LOAD:  # 103 GFLOP/s measured so, 166 idle: every % read high
         caption += (f"  roofline peaks measured while other work kept the cores {busy * 100:.0f}% busy: its "
                     "percentages read high (`autotune info --measure-roofline` on an idle machine)")
-    reused = [l for l in report.get("layers") or [] if isinstance(l, Mapping) and l.get("dispatch") == "exact"]
-    if reused and len(reused) < len(report.get("layers") or []):
-        # a reused layer's best and default are an earlier run's timings: set beside this
-        # run's, under other load, they mix two machines' states (a helper's ResNet-50
-        # tune read its new layers' defaults 2x another run's)
-        caption += (f"  {len(reused)} reused layer{'s' if len(reused) != 1 else ''}: "
-                    f"{'their' if len(reused) != 1 else 'its'} latencies are the earlier runs' timings")
+    if report.get("history_was_empty") is False and report.get("layers"):
+        # what history held (a layer's default, a reused or resumed layer's best) is the
+        # timing of the run that made it, under that run's load: set beside this run's it
+        # mixes two machines' states (a helper's ResNet-50 tune read its new layers'
+        # defaults 2x another run's); counting reused layers alone left the rest unsaid
+        caption += "  figures history held (defaults, reused and resumed bests) are the timings of the runs that made them"
     if report.get("tunable_layers") == 0:  # an empty table: --quiet heard no note of why
         caption += "  no tunable layer: nothing to tune, its kernels keep TVM's defaults"
     unused = _unused_trials(report)

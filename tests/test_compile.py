@@ -172,6 +172,20 @@ def test_compile_says_when_a_tune_is_still_running_on_its_history(tmp_path, caps
                      "found so far; compile again when it ends for the rest"]
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tuning_runs"] == ["far1"]
+    # a tune of another model is named only once it has measured one of this model's layers
+    from autotune import api
+
+    layer = next(layer for layer in api.layers(str(model))["layers"] if layer.tunable)
+    with open_history(history) as store:
+        store.start_run("other", model="alexnet", target_key="llvm:x:y", tuner="auto", params={"pid": 4243, "host": "alice-laptop"})
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tuning_runs"] == ["far1"]
+    with open_history(history) as store:
+        store.register_workload(layer.workload_info())
+        store.add_record(workload_key=layer.workload_key, target_key="llvm:x:y", space_id="s", config={}, samples=[1e-4],
+                         status="ok", run_id="other")
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tuning_runs"] == ["far1", "other"]
 
 
 @pytest.mark.slow

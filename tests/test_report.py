@@ -203,17 +203,15 @@ def test_format_table_says_when_the_model_was_not_timed_by_request() -> None:
     assert "model latency: not timed (--no-model-latency)" in " ".join(text.split()) and "- -> -" not in text
 
 
-def test_format_table_says_reused_layers_figures_are_earlier_runs_timings() -> None:
-    """A reused layer shows the timings of the run that measured it, under that run's load,
-    beside this run's own: a tune's new layers read 2x another run's with nothing said."""
+def test_format_table_says_figures_from_history_are_earlier_runs_timings() -> None:
+    """A layer's default and a reused or resumed layer's best are the timings of the run
+    that made them, under that run's load, beside this run's own: a tune's new layers read
+    2x another run's with nothing said."""
     report = make_report()
-    conv, dense = report["layers"]
-    assert "reused layer" not in format_table(report)
-    conv.update(dispatch="exact", trials=0, tuner="reuse")
-    caption = " ".join(format_table(report, width=300).split())
-    assert "1 reused layer: its latencies are the earlier runs' timings" in caption
-    dense.update(dispatch="exact", trials=0, tuner="reuse")  # all reused: nothing of this run's to set them beside
-    assert "reused layer" not in format_table(report)
+    note = "figures history held (defaults, reused and resumed bests) are the timings of the runs that made them"
+    assert note not in " ".join(format_table(dict(report, history_was_empty=True), width=300).split())
+    assert note not in " ".join(format_table(report, width=300).split())  # a report from before the key: nothing said
+    assert note in " ".join(format_table(dict(report, history_was_empty=False), width=300).split())
 
 
 def test_format_table_says_why_a_models_table_is_empty() -> None:
