@@ -348,68 +348,73 @@ def run(
         from autotune.run import save_outputs as write_outputs
 
         result["saved_outputs"] = str(write_outputs(save_outputs, outputs, meta))
-    if check is not None:
-        check = str(check)
-        zoo_info = meta.get("zoo") or {}
-        zoo_size = None  # a zoo model's size where it is not its default
-        if zoo_info.get("name") == check and is_zoo_name(check):
-            # rebuild exactly the zoo model that was compiled (same size, batch and weights)
-            model = load_model(check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
-        elif is_zoo_name(check):  # a module compiled from a file (`zoo export` wrote it), checked by the zoo's name
-            model, zoo_size = _zoo_model_for(check, {k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
-        else:
-            shapes = {k: tuple(v["shape"]) for k, v in meta["inputs"].items()}
+    try:
+        if check is not None:
+            check = str(check)
+            zoo_info = meta.get("zoo") or {}
+            zoo_size = None  # a zoo model's size where it is not its default
+            if zoo_info.get("name") == check and is_zoo_name(check):
+                # rebuild exactly the zoo model that was compiled (same size, batch and weights)
+                model = load_model(check, size=zoo_info.get("size"), batch_size=zoo_info.get("batch_size") or 1)
+            elif is_zoo_name(check):  # a module compiled from a file (`zoo export` wrote it), checked by the zoo's name
+                model, zoo_size = _zoo_model_for(check, {k: tuple(v["shape"]) for k, v in meta["inputs"].items()})
+            else:
+                shapes = {k: tuple(v["shape"]) for k, v in meta["inputs"].items()}
+                try:
+                    model = load_model(check, input_shapes=shapes)
+                except InputShapeError:
+                    from autotune.decompose import shape_text
+
+                    takes = ", ".join(f"{k} {shape_text(list(v))}" for k, v in shapes.items())
+                    raise OptionError("{check} " + quoted_text(f"{check} does not take this module's inputs ({takes}); is the "
+                                                              f"module compiled from {check}?"), "check") from None
+            # a float16 module against the float32 model (or back) would only say MISMATCH
+            for name, info in meta["inputs"].items():
+                ours, theirs = info.get("dtype", "float32"), model.input_dtypes.get(name)
+                if theirs is not None and ours != theirs:
+                    size_flag = f" --size {zoo_size}" if zoo_size is not None else ""
+                    how = (f" (`autotune zoo export {check}{size_flag} --dtype {ours}` writes the zoo's)"
+                           if is_zoo_name(check) and ours in HALF_TYPES else "")
+                    raise OptionError("{check} " + quoted_text(f"{check} takes {name} as {theirs}, this module as {ours}: check "
+                                                              f"it against the model in {ours} it was compiled from{how}"), "check")
             try:
-                model = load_model(check, input_shapes=shapes)
-            except InputShapeError:
-                from autotune.decompose import shape_text
+                want = onnx_reference(model.proto, feed)
+            except Exception as err:  # the evaluator's own errors: a model that does not take these inputs
+                raise OptionError(_reference_failure(check, err), "check") from None
+            errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
+            matched = [outputs_match(g, w, rtol=rtol, atol=atol, widen=widen) for g, w in zip(outputs, want)]
+            names = output_names(meta, len(outputs))
+            result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None,
+                               "ok": len(want) == len(outputs) and all(matched),
+                               # which output is off (one figure for five outputs left a user to find it)
+                               "outputs": [{"name": n, "max_abs_error": e, "matched": m}
+                                           # shapes apart: said, where "max abs error inf" named neither
+                                           | ({"shape": list(g.shape), "reference_shape": list(w.shape)} if g.shape != w.shape else {})
+                                           for n, e, m, g, w in zip(names, errs, matched, outputs, want)],
+                               "tolerance": {"rtol": widened_rtol(rtol, *want) if widen else rtol, "atol": atol,
+                                             "widened_for_half_precision": widen and any(map(is_half, want))}}
+            # a reference whose every value lies within atol of zero (random weights that
+            # vanish through a deep net) passes any output, zeros too: said, not a plain OK
+            import numpy as np
 
-                takes = ", ".join(f"{k} {shape_text(list(v))}" for k, v in shapes.items())
-                raise OptionError("{check} " + quoted_text(f"{check} does not take this module's inputs ({takes}); is the "
-                                                          f"module compiled from {check}?"), "check") from None
-        # a float16 module against the float32 model (or back) would only say MISMATCH
-        for name, info in meta["inputs"].items():
-            ours, theirs = info.get("dtype", "float32"), model.input_dtypes.get(name)
-            if theirs is not None and ours != theirs:
-                size_flag = f" --size {zoo_size}" if zoo_size is not None else ""
-                how = (f" (`autotune zoo export {check}{size_flag} --dtype {ours}` writes the zoo's)"
-                       if is_zoo_name(check) and ours in HALF_TYPES else "")
-                raise OptionError("{check} " + quoted_text(f"{check} takes {name} as {theirs}, this module as {ours}: check "
-                                                          f"it against the model in {ours} it was compiled from{how}"), "check")
-        try:
-            want = onnx_reference(model.proto, feed)
-        except Exception as err:  # the evaluator's own errors: a model that does not take these inputs
-            raise OptionError(_reference_failure(check, err), "check") from None
-        errs = [max_abs_error(g, w) for g, w in zip(outputs, want)]
-        matched = [outputs_match(g, w, rtol=rtol, atol=atol, widen=widen) for g, w in zip(outputs, want)]
-        names = output_names(meta, len(outputs))
-        result["check"] = {"reference": "onnx.reference", "max_abs_error": max(errs) if errs else None,
-                           "ok": len(want) == len(outputs) and all(matched),
-                           # which output is off (one figure for five outputs left a user to find it)
-                           "outputs": [{"name": n, "max_abs_error": e, "matched": m}
-                                       # shapes apart: said, where "max abs error inf" named neither
-                                       | ({"shape": list(g.shape), "reference_shape": list(w.shape)} if g.shape != w.shape else {})
-                                       for n, e, m, g, w in zip(names, errs, matched, outputs, want)],
-                           "tolerance": {"rtol": widened_rtol(rtol, *want) if widen else rtol, "atol": atol,
-                                         "widened_for_half_precision": widen and any(map(is_half, want))}}
-        # a reference whose every value lies within atol of zero (random weights that
-        # vanish through a deep net) passes any output, zeros too: said, not a plain OK
-        import numpy as np
-
-        floats = [(n, np.asarray(w)) for n, w in zip(names, want)]
-        floats = [(n, w.astype(np.float32)) for n, w in floats if w.dtype.kind == "f" or w.dtype.name == "bfloat16"]
-        faint = [(n, float(np.max(np.abs(w))) if w.size else 0.0) for n, w in floats]
-        faint = [(n, m) for n, m in faint if m <= result["check"]["tolerance"]["atol"]]
-        result["check"]["conclusive"] = not faint
-        if faint:
-            result["check"]["within_atol_of_zero"] = [{"name": n, "reference_max_abs": m} for n, m in faint]
-        if len(want) == len(outputs) and not all(matched) and any(map(is_half, want)) and widen:
-            judged = _half_precision_check(model.proto, feed, outputs, want, matched, atol=atol)
-            # each output's own verdict beside its "matched" (of the evaluator's half-precision
-            # outputs): "ok": true over outputs all "matched": false read as a failure per output
-            for entry, verdict in zip(result["check"]["outputs"], judged.get("float32", {}).pop("per_output", [])):
-                entry["float32"] = verdict
-            result["check"].update(judged)
+            floats = [(n, np.asarray(w)) for n, w in zip(names, want)]
+            floats = [(n, w.astype(np.float32)) for n, w in floats if w.dtype.kind == "f" or w.dtype.name == "bfloat16"]
+            faint = [(n, float(np.max(np.abs(w))) if w.size else 0.0) for n, w in floats]
+            faint = [(n, m) for n, m in faint if m <= result["check"]["tolerance"]["atol"]]
+            result["check"]["conclusive"] = not faint
+            if faint:
+                result["check"]["within_atol_of_zero"] = [{"name": n, "reference_max_abs": m} for n, m in faint]
+            if len(want) == len(outputs) and not all(matched) and any(map(is_half, want)) and widen:
+                judged = _half_precision_check(model.proto, feed, outputs, want, matched, atol=atol)
+                # each output's own verdict beside its "matched" (of the evaluator's half-precision
+                # outputs): "ok": true over outputs all "matched": false read as a failure per output
+                for entry, verdict in zip(result["check"]["outputs"], judged.get("float32", {}).pop("per_output", [])):
+                    entry["float32"] = verdict
+                result["check"].update(judged)
+    except AutotuneError as err:  # the outputs were written all the same: said where the error is
+        if "saved_outputs" in result:
+            err.saved_outputs = result["saved_outputs"]  # type: ignore[attr-defined]
+        raise
     if return_outputs:
         result["output_arrays"] = outputs
     return result

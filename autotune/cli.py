@@ -354,10 +354,17 @@ def _status_line(*, quiet: bool):
 def cmd_run(args) -> int:
     from autotune import api
 
-    result = api.run(
-        args.module, inputs=args.inputs, seed=args.seed, repeat=args.repeat, check=args.check, rtol=args.rtol,
-        atol=args.atol, save_outputs=args.save_outputs,
-    )
+    from autotune.errors import AutotuneError
+
+    try:
+        result = api.run(
+            args.module, inputs=args.inputs, seed=args.seed, repeat=args.repeat, check=args.check, rtol=args.rtol,
+            atol=args.atol, save_outputs=args.save_outputs,
+        )
+    except AutotuneError as err:  # a check that could not run: its outputs were written, and said so
+        if getattr(err, "saved_outputs", None) and not args.json:
+            print(f"outputs written to {err.saved_outputs}")
+        raise
     if args.json:
         from autotune.report import strict_json
 
@@ -381,7 +388,8 @@ def cmd_run(args) -> int:
             for o in c.get("within_atol_of_zero", []):
                 print(f"  note: the reference's {o['name']} lies within atol of zero (largest {o['reference_max_abs']:.3g}), "
                       f"so any output passes there; give --atol below that to check it")
-            off = [o for o in c.get("outputs", []) if not o["matched"]]
+            # a half-precision output the float32 judge passed is not off
+            off = [o for o in c.get("outputs", []) if not o["matched"] and not o.get("float32", {}).get("ok")]
             if not c["ok"] and off and (len(c.get("outputs", [])) > 1 or any("shape" in o for o in off)):
                 from autotune.decompose import shape_text
 
@@ -641,14 +649,18 @@ def cmd_history_show(args) -> int:
         return 0
     shown = f" (the last {len(recs)} of {held}; --limit shows more)" if held > len(recs) else ""
     wu = max([8, *(len(r.tuner or "") for r in recs)])  # "other batch" pushed the columns after it
-    print(f"{'record':<7} {'status':<12} {'latency':>12} {'tuner':<{wu}} {'run':<12} {'target':<24} {'marks':<13} error{shown}")
+    def marks_of(r) -> str:
+        # a twin's timing is another config's, whose program it compiled to; queued: timed
+        # behind a spin kernel, GPU time alone (a few-us kernel reads lower so)
+        return " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin), ("queued", r.timing == "queued")) if on)
+
+    mu = max([13, *(len(marks_of(r)) for r in recs)])  # "verified queued" pushed the error column over
+    print(f"{'record':<7} {'status':<12} {'latency':>12} {'tuner':<{wu}} {'run':<12} {'target':<24} {'marks':<{mu}} error{shown}")
     for r in recs:
         lat = format_latency(r.latency_median)
-        # a twin's timing is another config's, whose program it compiled to
-        # queued: timed behind a spin kernel, GPU time alone (a few-us kernel reads lower so)
-        marks = " ".join(m for m, on in (("verified", r.verified), ("twin", r.twin), ("queued", r.timing == "queued")) if on)
+        marks = marks_of(r)
         # the run that made it: where a shared history's record came from (`history runs` says whose)
-        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner or '-':<{wu}} {(r.run_id or '-')[:12]:<12} {r.target_key:<24} {marks:<13} "
+        print(f"#{r.id:<6} {r.status:<12} {lat:>12} {r.tuner or '-':<{wu}} {(r.run_id or '-')[:12]:<12} {r.target_key:<24} {marks:<{mu}} "
               f"{(r.error or '')[:60]}")
     return 0
 

@@ -147,6 +147,11 @@ class RichReporter(Reporter):
         from rich.table import Column
 
         self.console = Console(file=stream if stream is not None else sys.stderr)
+        # off a terminal (a log, CI, a pipe) rich draws no bars: nothing came for most of a
+        # tune (27 s, then every layer's line at once), which read as a hang. There, stages,
+        # layer starts and, every PLAIN_EVERY_S, a layer's trials are lines of their own,
+        # and the bars' last frame (cut to the name column's width) is not left in the log.
+        self._plain = not self.console.is_terminal
         # the name column gives way first: at 80 columns a long layer name pushed the
         # count, the time and the ETA off the line (each read "eta 0..." alone)
         name_width = max(24, self.console.width - 56)
@@ -160,7 +165,7 @@ class RichReporter(Reporter):
             TextColumn("eta"),
             TimeRemainingColumn(),
             console=self.console,
-            transient=False,
+            transient=self._plain,
         )
         self._overall: Any = None
         self._model_title = ""
@@ -170,10 +175,6 @@ class RichReporter(Reporter):
         self._finished: set[str] = set()
         self._started = False
         self._closed = False
-        # off a terminal (a log, CI, a pipe) rich draws no bars: nothing came for most of a
-        # tune (27 s, then every layer's line at once), which read as a hang. There, stages,
-        # layer starts and, every PLAIN_EVERY_S, a layer's trials are lines of their own.
-        self._plain = not self.console.is_terminal
         self._last_line: dict[str, float] = {}
         self._last_stage = ""
 
@@ -195,7 +196,8 @@ class RichReporter(Reporter):
         self._budgets = {name: int(trials) for name, trials in layers if trials is not None}
         if total is None:
             total = sum(self._budgets.values())
-        self._model_title = f"{model} ({len(layers)} layer{'' if len(layers) == 1 else 's'})"
+        # the layers it may tune (memnet's 5 of 13 kernels; one with --max-layers 1)
+        self._model_title = f"{model} ({len(layers)} tunable layer{'' if len(layers) == 1 else 's'})"
         self._overall = self._progress.add_task(self._model_title, total=total or None, best="")
 
     def stage(self, text: str) -> None:

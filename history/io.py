@@ -24,7 +24,8 @@ from sqlalchemy import insert, select, update
 
 from . import schema
 from .errors import HistoryError
-from .models import RECORD_STATUSES, RECORD_TIMINGS, RUN_STATUSES, TargetInfo, WorkloadInfo, canonical_json, sample_stats
+from .models import (RECORD_STATUSES, RECORD_TIMINGS, RUN_STATUSES, TargetInfo, WorkloadInfo, canonical_json, sample_stats,
+                     split_target_key)
 from .store import _PG_IMPORT_LOCK, HistoryStore
 
 FORMAT = "autotune-history"
@@ -328,13 +329,18 @@ def _parse_record(item: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise _Invalid(f"{where}.repeats: {repeats} is not what its samples give ({len(samples)})")
     if status == "ok" and median is None:
         raise _Invalid(f"{where}: status 'ok' needs a latency (samples or latency_median)")
-    # files before 2026-12-07 have none: TVM's evaluator timed every record then
-    timing = _get(item, where, "timing", (str,), required=False, default=RECORD_TIMINGS[0])
+    # files before 2026-12-07 have none, and null is how a database keeps it: TVM's
+    # evaluator timed every record then
+    timing = _get(item, where, "timing", (str,), required=False, nullable=True) or RECORD_TIMINGS[0]
     if timing not in RECORD_TIMINGS:
         raise _Invalid(f"{where}.timing: {timing!r} is not one of {', '.join(RECORD_TIMINGS)}")
+    target_key = _get(item, where, "target_key", (str,))
+    if timing != RECORD_TIMINGS[0] and split_target_key(target_key)[0] != "cuda":
+        # `history best` said "timed queued" of a CPU record, which no tune makes
+        raise _Invalid(f"{where}.timing: {timing!r} times CUDA kernels, and the record is of {target_key}")
     return {
         "workload_key": _get(item, where, "workload_key", (str,)),
-        "target_key": _get(item, where, "target_key", (str,)),
+        "target_key": target_key,
         "space_id": _get(item, where, "space_id", (str,)),
         "config": _get(item, where, "config", (dict,)),
         "samples": samples,

@@ -894,6 +894,11 @@ def test_run_checked_against_the_model_in_another_precision_is_one_line(capsys, 
     assert json.loads(capsys.readouterr().out)["check"]["ok"]
     _user_error(capsys, ["run", "dqn36.so", "--check", "mobilenetv2", "--repeat", "1"],
                 contains=("no size of it takes this module's input 1x4x36x36: is the module compiled from mobilenetv2?",))
+    # a check that cannot run leaves the outputs asked for written, and says so (they were lost)
+    assert main(["run", "dqn36.so", "--check", "mobilenetv2", "--repeat", "1", "--save-outputs", "y36.npz"]) == 2
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == "outputs written to y36.npz" and len(err.strip().splitlines()) == 1
+    assert (env / "y36.npz").is_file()
     # a transformer's size is its sequence length, the input's second dimension (refused at 16)
     assert main(["zoo", "export", "transformer", "--size", "16", "-o", "tr16.onnx"]) == 0
     assert main(["compile", "tr16.onnx", "--target", "llvm", "-o", "tr16.so"]) == 0

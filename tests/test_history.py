@@ -806,6 +806,9 @@ BAD_IMPORTS: dict[str, tuple[Callable[[dict], None], str]] = {
     "verified-str": (_set("records", 0, "verified", "yes"), "verified"),
     "twin-null": (_set("records", 1, "twin", None), r"records\[1\]\.twin: expected bool"),
     "timing-unknown": (_set("records", 1, "timing", "ncu"), r"records\[1\]\.timing: 'ncu' is not one of launches, queued"),
+    # `history best` said "timed queued" of a CPU record, which no tune makes
+    "timing-queued-on-a-cpu": (_set("records", 4, "timing", "queued"),
+                               r"records\[4\]\.timing: 'queued' times CUDA kernels, and the record is of llvm:x86_64:Xeon"),
     "bad-timestamp": (_set("records", 0, "created_at", "yesterday"), "ISO-8601"),
     "unknown-workload": (_set("records", 5, "workload_key", "ghost"), r"records\[5\].*unknown workload 'ghost'"),
     "target-key-mismatch": (_set("targets", 0, "key", "cuda:x:y"), r"targets\[0\]\.key"),
@@ -983,6 +986,13 @@ def test_records_say_how_they_were_timed_and_older_files_read_as_launches(tmp_pa
                          status="ok", timing="queued")
         assert [r.timing for r in store.records(workload_key=DENSE.key)] == ["launches", "queued"]
     assert {r.timing for r in _imported_without(tmp_path, "timing")} == {"launches"}
+    (tmp_path / "nulls").mkdir()
+    doc = _valid_doc(tmp_path / "nulls")  # null, as the database keeps it, is launches too
+    for rec in doc["records"]:
+        rec["timing"] = None if rec["timing"] == "launches" else rec["timing"]
+    with open_history(tmp_path / "nulls.db") as dst:
+        assert import_json(dst, doc)["added"] == 6
+        assert [r.timing for r in dst.records()] == ["launches"] * 3 + ["queued"] + ["launches"] * 2
 
 
 def _imported_without(tmp_path: Path, field: str) -> list[Any]:
