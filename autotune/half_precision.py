@@ -150,7 +150,7 @@ def judged_against_float32(outputs, want, want32, matched: list[bool], *, atol: 
     value. ``per_output`` has each output's figures and verdict (a matched one passes)."""
     import numpy as np
 
-    from autotune.verify import _UNIT_ROUNDOFF, max_abs_error
+    from autotune.verify import UNIT_ROUNDOFF, max_abs_error
 
     per_output = []
     for got, half, wide, same in zip(outputs, want, want32, matched):
@@ -158,7 +158,7 @@ def judged_against_float32(outputs, want, want32, matched: list[bool], *, atol: 
         finite = np.asarray(wide, dtype=np.float64)
         finite = finite[np.isfinite(finite)]
         scale = float(np.max(np.abs(finite))) if finite.size else 0.0
-        cap = YARDSTICK_ULPS * _UNIT_ROUNDOFF.get(str(half.dtype), 2.0**-10) * scale
+        cap = YARDSTICK_ULPS * UNIT_ROUNDOFF.get(str(half.dtype), 2.0**-10) * scale
         capped = not (theirs <= cap)  # an infinity or a NaN too
         allowed = ERROR_FACTOR * (cap if capped else theirs) + atol
         per_output.append({"max_abs_error": ours, "reference_max_abs_error": theirs, "allowed": allowed,

@@ -102,13 +102,10 @@ class ConvTranspose(OpRun):
         kernel = list(w.shape[2:])
         spatial = list(x.shape[2:])
         full = [s * (n - 1) + op + (k - 1) * d + 1 for s, n, op, k, d in zip(strides, spatial, output_padding, kernel, dilations)]
-        if output_shape is not None:  # the spec's total padding, split by auto_pad
-            out = list(output_shape)[-rank:]
-            total = [f - o for f, o in zip(full, out)]
-            first = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
-            pads = first + [t - f for t, f in zip(total, first)]
-        elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            out = [n * s for n, s in zip(spatial, strides)]
+        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # the spec's total padding to the output shape (given, or the input's times the
+            # strides), split by auto_pad
+            out = list(output_shape)[-rank:] if output_shape is not None else [n * s for n, s in zip(spatial, strides)]
             total = [max(0, f - o) for f, o in zip(full, out)]
             first = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
             pads = first + [t - f for t, f in zip(total, first)]

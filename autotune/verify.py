@@ -19,13 +19,13 @@ from autotune.target import TargetSpec
 #: of one output that sum in different orders (a schedule's reduction against the plain
 #: loop's; our kernel against ONNX's evaluator) round to neighbouring values of the
 #: output's type: a bfloat16 neighbour lies 0.8% away, eight times a float32 check's rtol.
-_UNIT_ROUNDOFF = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+UNIT_ROUNDOFF = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
 def widened_rtol(rtol: float, *arrays: np.ndarray) -> float:
     """``rtol``, or two units in the last place of the narrowest half-precision array
     among ``arrays`` where that is more."""
-    return max(rtol, *(2 * _UNIT_ROUNDOFF.get(str(a.dtype), 0.0) for a in arrays))
+    return max(rtol, *(2 * UNIT_ROUNDOFF.get(str(a.dtype), 0.0) for a in arrays))
 
 
 def outputs_match(got: np.ndarray, want: np.ndarray, *, rtol: float = 1e-3, atol: float = 1e-4, widen: bool = True) -> bool:
