@@ -667,7 +667,7 @@ def _tuning_note(store, model: str, workload_keys: set[str]) -> tuple[list[str],
     if store is None:
         return [], None
     running = [run for run in runs_in_progress(store)
-               if run["model"] == model or any(r.workload_key in workload_keys for r in store.records(run_id=run["run_id"]))]
+               if run["model"] == model or store.run_touched(run["run_id"], workload_keys)]
     if not running:
         return [], None
 

@@ -783,6 +783,21 @@ class HistoryStore:
         with self._read() as conn:
             return conn.execute(query).first() is not None
 
+    def run_touched(self, run_id: str, workload_keys: Collection[str]) -> bool:
+        """Whether run ``run_id`` wrote a record of one of ``workload_keys`` (one query: a
+        compile beside a long tune read every record that tune had written to ask it)."""
+        if not workload_keys:
+            return False
+        r, w = schema.records, schema.workloads
+        query = (
+            select(r.c.id)
+            .select_from(r.join(w, r.c.workload_id == w.c.id))
+            .where(r.c.run_id == run_id, w.c.key.in_(list(workload_keys)))
+            .limit(1)
+        )
+        with self._read() as conn:
+            return conn.execute(query).first() is not None
+
     def count_measured(self, workload_key: str, target_key: str, space_id: str | None = None) -> int:
         """How many configs of the layer were measured on the target (any status but
         ``invalid``: a config the space rejected was never built, so it was no trial)."""

@@ -743,6 +743,14 @@ def test_has_records_leaves_out_the_runs_named(tmp_path: Path) -> None:
         assert store.has_records() and not store.has_records(excluding_runs=["r1", "r2"])
 
 
+def test_run_touched_names_only_the_workloads_a_run_wrote(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:  # run r1 wrote CONV's records alone
+        assert store.run_touched("r1", {CONV.key, "elsewhere"})
+        assert not store.run_touched("r1", {DENSE.key, CONV_B8.key})
+        assert not store.run_touched("r2", {CONV.key})
+        assert not store.run_touched("r1", set())
+
+
 def test_an_export_after_a_run_is_removed_carries_none_of_its_workloads(tmp_path: Path) -> None:
     """``history rm`` leaves workloads in history (a tune running meanwhile may be about
     to measure them); an export after it listed the removed run's shapes beside no
