@@ -587,6 +587,7 @@ def compile_model(
     from autotune import decompose, frontend
     from autotune.device_code import fatbin_packer
     from autotune.errors import keep_interrupts_through_tvm
+    from autotune.info import build_versions
     from autotune.layering_hint import history_layering_hint
 
     keep_interrupts_through_tvm()
@@ -635,6 +636,7 @@ def compile_model(
         "batch_norm": batch_norm,
         "layers": applied.layers,
         "device_code": kernels,
+        "versions": build_versions(),
     }
     if spec.source.startswith("zoo:"):
         metadata["zoo"] = {"name": spec.name, "size": size, "batch_size": spec.batch_size}

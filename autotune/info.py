@@ -106,11 +106,27 @@ def _roofline_text(entry: dict[str, Any] | None) -> str:
             + ("; measured while busy: `autotune info --measure-roofline` on an idle machine" if busy else ""))
 
 
+def build_versions() -> dict[str, str | None]:
+    """What made a run or a module: an exported module loads only in the TVM that built
+    it (its description said nothing of which that was)."""
+    import tvm
+
+    from autotune import __version__
+
+    return {"autotune": __version__, "tvm": tvm.__version__, "tvm_ffi": _version("apache-tvm-ffi")}
+
+
+#: Packages that install under another distribution name on some platforms.
+DISTRIBUTIONS = {"xgboost": ("xgboost", "xgboost-cpu")}
+
+
 def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    for dist in DISTRIBUTIONS.get(name, (name,)):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def _target(spec) -> dict[str, Any]:

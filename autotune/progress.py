@@ -263,7 +263,7 @@ class RichReporter(Reporter):
         elif summary.get("tuner"):
             parts.append(str(summary["tuner"]))
         if summary.get("trials") is not None:
-            parts.append(f"{summary['trials']} trials")
+            parts.append(f"{summary['trials']} trial{'' if summary['trials'] == 1 else 's'}")
         best = summary.get("best_latency")
         if best is not None:
             parts.append(f"best {format_latency(best)}")

@@ -199,9 +199,14 @@ def load(path: str | os.PathLike, meta: dict[str, Any]):
     _check_complete(path)
     try:
         lib = tvm.runtime.load_module(str(path))
+        # in the try: a shared library that is no Relax module (a description copied beside
+        # another .so) loaded, and the VM ended in a traceback
+        return relax.VirtualMachine(lib, dev), dev
     except Exception as err:
-        raise AutotuneError(f"cannot load {path}: {str(err).strip().splitlines()[-1]}") from None
-    return relax.VirtualMachine(lib, dev), dev
+        versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+        built = versions.get("tvm")
+        other = f" (built with TVM {built}, this is TVM {tvm.__version__})" if built and built != tvm.__version__ else ""
+        raise AutotuneError(f"cannot load {path}: {str(err).strip().splitlines()[-1]}{other}") from None
 
 
 def _sidecar_name(path: str | os.PathLike) -> str:

@@ -211,9 +211,8 @@ class TuneSession:
         """Tune ``model``: a zoo name or ONNX path, loaded here with the keywords (batch 1
         unless given), or a :func:`load_layers` result, whose layers are already cut: then
         a loading keyword is refused rather than silently not applied."""
-        import tvm
-
         from autotune import roofline
+        from autotune.info import build_versions
 
         opts = self.options
         if isinstance(model, LoadedModel):
@@ -286,7 +285,7 @@ class TuneSession:
             "batch_norm": opts.batch_norm,  # the layering: it decides the layers' keys
             "budget_split": schedule.name,
             "probes": probing,
-            "versions": {"autotune": _version(), "tvm": tvm.__version__},
+            "versions": build_versions(),
             "roofline": peaks.to_dict(),
             # where candidates, winners' checks and the model timing ran (None: this machine)
             "rpc": opts.measure.rpc,
@@ -984,9 +983,3 @@ def shallow_history_message(layer_name: str, depth: dict[str, Any], tuner: str, 
 
 def _ratio(default: float | None, best: float | None) -> float | None:
     return default / best if default and best else None
-
-
-def _version() -> str:
-    from autotune import __version__
-
-    return __version__

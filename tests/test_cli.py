@@ -935,6 +935,27 @@ def test_run_a_module_cut_short_is_one_line(capsys, env, dyn_model):
     assert main(["run", "twin.so", "--repeat", "1"]) == 0  # the same build again: its own description
 
 
+def test_a_shared_library_that_is_no_module_is_one_line_naming_the_tvm_that_built_it(capsys, env, dyn_model):
+    """A description beside a plain shared library: it loaded, and the VM ended in a
+    traceback. The description names the TVM that built the module (it did not), and a
+    load that fails says so where this TVM is another."""
+    import hashlib
+
+    import tvm
+    from tvm.support import cc
+
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "whole.so"]) == 0
+    meta = json.loads((env / "whole.so.json").read_text())
+    assert meta["versions"]["tvm"] == tvm.__version__ and meta["versions"]["autotune"]
+    (env / "plain.c").write_text("int answer(void) { return 42; }\n")
+    cc.create_shared(str(env / "plain.so"), [str(env / "plain.c")])
+    meta.update(module_sha256=hashlib.sha256((env / "plain.so").read_bytes()).hexdigest(), versions={"tvm": "0.26.0"})
+    (env / "plain.so.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    _user_error(capsys, ["run", "plain.so"], contains=("cannot load plain.so: Module has no function",
+                                                       f"(built with TVM 0.26.0, this is TVM {tvm.__version__})"))
+
+
 def test_compile_onto_a_directory(capsys, env, dyn_model):
     (env / "outdir").mkdir()
     _user_error(capsys, ["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "outdir"],

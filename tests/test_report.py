@@ -811,6 +811,16 @@ def test_rich_reporter_names_a_layer_the_budget_did_not_reach() -> None:
     assert lines == ["done conv_a  no budget left  0 trials", "done conv_b  reuse  0 trials"]
 
 
+def test_rich_reporter_says_one_trial_in_the_singular() -> None:
+    buf = io.StringIO()
+    reporter = make_reporter("rich", buf)
+    reporter.start_model("m", [("conv_a", 1)])
+    reporter.start_layer("conv_a", 1, "gga", 0.9)
+    reporter.end_layer("conv_a", {"tuner": "gga", "dispatch": "gga", "budget": 1, "trials": 1, "best_latency": 87e-6})
+    reporter.close()
+    assert [l for l in buf.getvalue().splitlines() if l.startswith("done")] == ["done conv_a  gga  1 trial  best 87.0 us"]
+
+
 def test_rich_reporter_lines_are_not_broken_into_a_log() -> None:
     """Written to a file (no terminal), rich broke lines at 80 columns: a layer's "done"
     line left a lone "default" on the next, and a long note came in pieces."""
