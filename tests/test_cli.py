@@ -1391,6 +1391,9 @@ def test_info_reports_this_machine_and_reads_history_without_creating_it(capsys,
     assert main(["info", "--history", str(history), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["packages"]["apache-tvm"] == tvm.__version__ and info["packages"]["apache-tvm-ffi"] == "0.1.14.post1"
+    import xgboost  # installed as xgboost-cpu on Linux: it read "not installed"
+
+    assert info["packages"]["xgboost"] == xgboost.__version__
     assert info["cpu"]["key"] == resolve_target("llvm").key and info["target_auto"]["key"] == resolve_target("auto").key
     assert info["history"] == {"url": f"sqlite:///{history}", "path": str(history), "exists": False} and not history.exists()
     assert info["home"] == str(env / "home" / ".autotune") and info["mlflow_tracking_uri"].startswith("sqlite:///")
