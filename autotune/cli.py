@@ -635,10 +635,9 @@ def cmd_history_show(args) -> int:
             from autotune.errors import AutotuneError
 
             raise AutotuneError(f"history holds no target {args.target!r}; it holds {', '.join(known) or 'none'}")
-        recs = store.records(workload_key=key, target_key=args.target, status=args.status)
+        recs = store.records(workload_key=key, target_key=args.target, status=args.status, last=args.limit)
+        held = store.count_records(workload_key=key, target_key=args.target, status=args.status)
         w = store.workload(key)
-    held = len(recs)
-    recs = recs[-args.limit:]
     if args.json:
         print(json.dumps({"workload": {"key": w.key, "op_class": w.op_class, "descriptor": w.descriptor, "flops": w.flops}, "records": [_record_dict(r) for r in recs]}))
         return 0

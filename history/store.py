@@ -739,18 +739,63 @@ class HistoryStore:
         run_id: str | None = None,
         timing: str | None = None,
         limit: int | None = None,
+        last: int | None = None,
     ) -> list[Record]:
         """Records matching every given filter, oldest first (by id). ``timing``: those
         timed so (:data:`RECORD_TIMINGS`), where a few-microsecond kernel's figure
-        depends on it (a layer's time before tuning, set beside its tuned one)."""
+        depends on it (a layer's time before tuning, set beside its tuned one). ``last``:
+        only the newest so many (still oldest first): ``history show`` read 50,000 records
+        of a layer to print its last 50."""
+        r = schema.records
+        query = self._filtered(
+            self._record_query(), workload_key=workload_key, target_key=target_key, op_class=op_class,
+            batch_invariant_key=batch_invariant_key, status=status, space_id=space_id, run_id=run_id, timing=timing,
+        )
+        if query is None:
+            return []
+        query = query.order_by(r.c.id.desc() if last is not None else r.c.id)
+        if last is not None:
+            query = query.limit(int(last))
+        if limit is not None:
+            query = query.limit(int(limit))
+        with self._read() as conn:
+            found = [self._record_from_row(row) for row in conn.execute(query)]
+        return found[::-1] if last is not None else found
+
+    def count_records(self, **filters: Any) -> int:
+        """How many records :meth:`records` would return for the same filters (one query)."""
         r, w, t = schema.records, schema.workloads, schema.targets
-        query = self._record_query().order_by(r.c.id)
+        query = self._filtered(
+            select(func.count(r.c.id)).select_from(r.join(w, r.c.workload_id == w.c.id).join(t, r.c.target_id == t.c.id)),
+            **filters,
+        )
+        if query is None:
+            return 0
+        with self._read() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def _filtered(
+        self,
+        query: Any,
+        *,
+        workload_key: str | None = None,
+        target_key: str | None = None,
+        op_class: str | None = None,
+        batch_invariant_key: str | None = None,
+        status: str | None = None,
+        space_id: str | None = None,
+        run_id: str | None = None,
+        timing: str | None = None,
+    ) -> Any:
+        """``query`` (over records joined to workloads and targets) narrowed to the given
+        filters; None where none can match (a timing a file from before the column lacks)."""
+        r, w, t = schema.records, schema.workloads, schema.targets
         if timing is not None:
             if timing not in RECORD_TIMINGS:
                 raise ValueError(f"invalid record timing {timing!r}; expected one of {', '.join(RECORD_TIMINGS)}")
             if ("records", "timing") in self._absent_columns:  # a file from before the column, read-only
                 if timing != RECORD_TIMINGS[0]:
-                    return []
+                    return None
             elif timing == RECORD_TIMINGS[0]:
                 query = query.where(or_(r.c.timing.is_(None), r.c.timing == timing))
             else:
@@ -767,10 +812,7 @@ class HistoryStore:
         for column, value in filters:
             if value is not None:
                 query = query.where(column == value)
-        if limit is not None:
-            query = query.limit(int(limit))
-        with self._read() as conn:
-            return [self._record_from_row(row) for row in conn.execute(query)]
+        return query
 
     def has_records(self, *, excluding_runs: Collection[str] = ()) -> bool:
         """Whether history holds a record not written by ``excluding_runs`` (one query,

@@ -21,6 +21,7 @@ CASES = {
     "missing-result": (["bench_history_guided.py", "--from-json", "nope.json"], "--from-json: cannot read nope.json"),
     "models-without-trials": (["bench_revisions.py", "--base", "HEAD", "--models", "dqn"], "expected MODEL:TRIALS"),
     "out-under-a-file": (["bench_vs_tvm.py", "--skip-tvm", "--out", "afile/x.json"], "afile is not a directory"),
+    "unknown-model-to-retime": (["retime_layer_speedups.py", "nosuch", "--workdir", "w"], "no zoo model named 'nosuch'"),
 }
 
 

@@ -743,6 +743,16 @@ def test_has_records_leaves_out_the_runs_named(tmp_path: Path) -> None:
         assert store.has_records() and not store.has_records(excluding_runs=["r1", "r2"])
 
 
+def test_the_last_records_and_their_count_come_from_the_database(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        every = store.records(workload_key=CONV.key, target_key=GPU.key)
+        assert [r.id for r in store.records(workload_key=CONV.key, target_key=GPU.key, last=2)] == [r.id for r in every[-2:]]
+        assert store.records(workload_key=CONV.key, last=100) == store.records(workload_key=CONV.key)
+        assert store.count_records(workload_key=CONV.key, target_key=GPU.key) == len(every) == 4
+        assert store.count_records(workload_key=CONV.key, status="ok") == 4
+        assert store.count_records(timing="queued") == 1 and store.count_records(run_id="nobody") == 0
+
+
 def test_run_touched_names_only_the_workloads_a_run_wrote(tmp_path: Path) -> None:
     with populated(tmp_path / "h.db") as store:  # run r1 wrote CONV's records alone
         assert store.run_touched("r1", {CONV.key, "elsewhere"})
