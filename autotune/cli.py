@@ -685,6 +685,10 @@ def cmd_history_best(args) -> int:
     return 0
 
 
+#: Records from which ``history export`` says how many it is writing before it starts.
+EXPORT_SAYS_AT = 50_000
+
+
 def cmd_history_export(args) -> int:
     from autotune.history import export_json, open_history
 
@@ -694,6 +698,10 @@ def cmd_history_export(args) -> int:
 
         raise AutotuneError("--json with - : the export itself is the JSON on standard output")
     with open_history(args.history, create=False, readonly=True) as store:
+        held = store.count_records()
+        if held >= EXPORT_SAYS_AT and not args.json:
+            # on stderr: stdout may be the export; 100,000 records took half a minute, silent
+            print(f"exporting {held:,} records", file=sys.stderr, flush=True)
         n = export_json(store, sys.stdout if path == "-" else path)
     if args.json:
         print(json.dumps({"records": n, "out": os.path.abspath(os.path.expanduser(path))}))

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import tempfile
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, Mapping
@@ -71,43 +72,12 @@ def export_json(
     """Write history (optionally one workload/target) as JSON; returns the number of records.
 
     A path is written atomically (temp file + rename), so a failed export leaves no half file.
+    Records are written as they are read, a page at a time: the text is what one
+    ``json.dumps(document, indent=1, sort_keys=True)`` wrote, which held every record
+    three times over (10.7 GB for a million).
     """
-    records = store.records(workload_key=workload_key, target_key=target_key)
-    used_workloads = {r.workload_key for r in records}
-    used_targets = {r.target_key for r in records}
-    # An export carries what its records need (plus a named workload/target): a workload
-    # stays in history when the last run that measured it is removed (a tune running
-    # meanwhile may be about to), and an export after `history rm` listed 52 workloads
-    # beside 40 records, the removed run's shapes among them.
-    workloads = [w for w in store.workloads() if w.key in used_workloads or w.key == workload_key]
-    targets = [t for t in store.targets() if t.key in used_targets or t.key == target_key]
-    runs = store.runs()
-    if workload_key is not None or target_key is not None:
-        wrote = {r.run_id for r in records}
-        runs = [run for run in runs if run["run_id"] in wrote]
-    document = {
-        "format": FORMAT,
-        "version": VERSION,
-        "targets": [{"key": t.key, **{f: getattr(t, f) for f in _TARGET_FIELDS}} for t in targets],
-        "workloads": [
-            {
-                "key": w.key,
-                "batch_invariant_key": w.batch_invariant_key,
-                "op_class": w.op_class,
-                "descriptor": dict(w.descriptor),
-                "flops": w.flops,
-                "features": list(w.features),
-            }
-            for w in workloads
-        ],
-        "records": [_record_to_json(r) for r in records],
-        "runs": [_run_to_json(run) for run in runs],
-    }
-    text = json.dumps(document, indent=1, sort_keys=True, allow_nan=False)
     if hasattr(fp_or_path, "write"):
-        fp_or_path.write(text)  # type: ignore[union-attr]
-        fp_or_path.write("\n")  # type: ignore[union-attr]
-        return len(records)
+        return _write_export(store, fp_or_path.write, workload_key, target_key)  # type: ignore[union-attr]
     given = os.fspath(fp_or_path)  # type: ignore[arg-type]
     if given.endswith(("/", os.sep)):  # written as a file of the folder's name
         raise HistoryError(f"cannot export history to {given}: the name ends in '/', a folder's; give a file name")
@@ -120,8 +90,6 @@ def export_json(
         # `history export model.onnx` replaced the user's model with JSON
         raise HistoryError(f"refusing to export history over {path}: it is not an earlier export (name another file, "
                            "or remove it first)")
-    data = (gzip.compress((text + "\n").encode("utf-8"), mtime=0) if path.endswith(".gz")  # it wrote plain JSON to x.json.gz
-            else (text + "\n").encode("utf-8"))
     try:
         os.makedirs(directory, exist_ok=True)  # as `tune --out` and `compile -o` make theirs
         fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".json.tmp", dir=directory)
@@ -135,15 +103,96 @@ def export_json(
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an export is meant to be shared
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            # it wrote plain JSON to x.json.gz. zlib's own gzip header (no name, no time), as
+            # ``gzip.compress(data, mtime=0)`` wrote it: an export of the same history is the
+            # same bytes, as it was before exports were streamed
+            packer = zlib.compressobj(9, zlib.DEFLATED, 31) if path.endswith(".gz") else None
+
+            def write(text: str) -> None:
+                data = text.encode("utf-8")
+                fh.write(packer.compress(data) if packer is not None else data)
+
+            count = _write_export(store, write, workload_key, target_key)
+            if packer is not None:
+                fh.write(packer.flush())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
-    return len(records)
+        if isinstance(exc, OSError):
+            raise HistoryError(f"cannot export history to {path}: {exc.strerror or exc}") from None
+        raise
+    return count
+
+
+def _write_export(store: HistoryStore, write, workload_key: str | None, target_key: str | None) -> int:
+    """The export document, key by key in sorted order, its records as they are read;
+    returns how many records it wrote."""
+    used_workloads: set[str] = set()
+    used_targets: set[str] = set()
+    wrote_runs: set[str | None] = set()
+    count = 0
+
+    def records():
+        nonlocal count
+        for rec in store.iter_records(workload_key=workload_key, target_key=target_key):
+            used_workloads.add(rec.workload_key)
+            used_targets.add(rec.target_key)
+            wrote_runs.add(rec.run_id)
+            count += 1
+            yield _record_to_json(rec)
+
+    def runs():
+        listed = store.runs()
+        if workload_key is not None or target_key is not None:
+            listed = [run for run in listed if run["run_id"] in wrote_runs]
+        return [_run_to_json(run) for run in listed]
+
+    # An export carries what its records need (plus a named workload/target): a workload
+    # stays in history when the last run that measured it is removed (a tune running
+    # meanwhile may be about to), and an export after `history rm` listed 52 workloads
+    # beside 40 records, the removed run's shapes among them. Read after the records
+    # ("records" sorts first), so that each record's workload and target are there.
+    def targets():
+        return [{"key": t.key, **{f: getattr(t, f) for f in _TARGET_FIELDS}}
+                for t in store.targets() if t.key in used_targets or t.key == target_key]
+
+    def workloads():
+        return [
+            {
+                "key": w.key,
+                "batch_invariant_key": w.batch_invariant_key,
+                "op_class": w.op_class,
+                "descriptor": dict(w.descriptor),
+                "flops": w.flops,
+                "features": list(w.features),
+            }
+            for w in store.workloads() if w.key in used_workloads or w.key == workload_key
+        ]
+
+    parts = {"format": lambda: FORMAT, "records": records, "runs": runs, "targets": targets, "version": lambda: VERSION,
+             "workloads": workloads}
+    write("{")
+    for i, key in enumerate(sorted(parts)):
+        write(("," if i else "") + f"\n {json.dumps(key)}: ")
+        value = parts[key]()
+        items = value if key == "records" else None
+        if items is None:
+            write(_dumps(value).replace("\n", "\n "))
+            continue
+        first = True
+        for item in items:
+            write(("[\n  " if first else ",\n  ") + _dumps(item).replace("\n", "\n  "))
+            first = False
+        write("[]" if first else "\n ]")
+    write("\n}\n")
+    return count
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, indent=1, sort_keys=True, allow_nan=False)
 
 
 def _replaceable(path: str) -> bool:

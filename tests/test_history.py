@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import io
 import json
@@ -751,6 +752,33 @@ def test_the_last_records_and_their_count_come_from_the_database(tmp_path: Path)
         assert store.count_records(workload_key=CONV.key, target_key=GPU.key) == len(every) == 4
         assert store.count_records(workload_key=CONV.key, status="ok") == 4
         assert store.count_records(timing="queued") == 1 and store.count_records(run_id="nobody") == 0
+
+
+def test_records_read_a_page_at_a_time_are_the_records(tmp_path: Path) -> None:
+    with populated(tmp_path / "h.db") as store:
+        for page in (1, 2, 5, 100):
+            assert list(store.iter_records(page=page)) == store.records()
+            assert list(store.iter_records(page=page, workload_key=CONV.key, timing="launches")) == \
+                store.records(workload_key=CONV.key, timing="launches")
+
+
+def test_a_streamed_export_is_the_text_one_dump_of_the_document_wrote(tmp_path: Path) -> None:
+    """Exports are written as records are read; the text stays what ``json.dumps(document,
+    indent=1, sort_keys=True)`` wrote, so an export of the same history is the same bytes."""
+    with populated(tmp_path / "h.db") as store:
+        for filters in ({}, {"workload_key": CONV.key}, {"target_key": CPU.key}, {"workload_key": "nothing-here"}):
+            buf = io.StringIO()
+            export_json(store, buf, **filters)
+            text = buf.getvalue()
+            assert text == json.dumps(json.loads(text), indent=1, sort_keys=True) + "\n"
+        export_json(store, tmp_path / "e.json.gz")
+        assert (tmp_path / "e.json.gz").read_bytes() == gzip.compress(text_of(store).encode(), mtime=0)
+
+
+def text_of(store: HistoryStore) -> str:
+    buf = io.StringIO()
+    export_json(store, buf)
+    return buf.getvalue()
 
 
 def test_run_touched_names_only_the_workloads_a_run_wrote(tmp_path: Path) -> None:
