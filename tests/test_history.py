@@ -1000,6 +1000,37 @@ def test_a_file_from_before_twins_were_marked(tmp_path: Path) -> None:
     assert not any(r.twin for r in _imported_without(tmp_path, "twin"))
 
 
+def test_a_file_from_before_the_rejected_index_gains_it_and_summaries_see_rejections(tmp_path: Path) -> None:
+    """The records a check found wrong are counted through a partial index before every
+    summary (the count scanned every row); a file without it gains it when opened for
+    writing, is left as it is read-only, and its summaries still see a rejection."""
+    path = tmp_path / "old.db"
+    populated(path).close()
+    edit_file(path, "DROP INDEX ix_records_rejected")
+    before = file_sha(path)
+
+    def indexes() -> set[str]:
+        con = sqlite3.connect(path)
+        try:
+            return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        finally:
+            con.close()
+
+    with open_history(path, readonly=True) as store:
+        assert store.summary()
+    assert file_sha(path) == before and "ix_records_rejected" not in indexes()
+    with open_history(path) as store:
+        first = {row["workload_key"]: row for row in store.summary(GPU.key)}
+        assert first[CONV.key]["best_latency"] == 5e-4
+        store.set_verified(4, False, "wrong output")  # nothing added: only the rejection changes
+        assert {row["workload_key"]: row for row in store.summary(GPU.key)}[CONV.key]["best_latency"] == 1e-3
+    assert "ix_records_rejected" in indexes()
+    con = sqlite3.connect(path)
+    plan = " ".join(str(row) for row in con.execute("EXPLAIN QUERY PLAN SELECT count(*) FROM records WHERE verified = 0"))
+    con.close()
+    assert "ix_records_rejected" in plan
+
+
 def test_records_say_how_they_were_timed_and_older_files_read_as_launches(tmp_path: Path) -> None:
     """A few-microsecond CUDA kernel reads lower timed queued than launched back to back,
     so each record says which, and a layer's figures can be set beside ones timed alike.
