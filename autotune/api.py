@@ -638,12 +638,8 @@ def _write_decomposition(model_layers, out_dir: Path) -> list[Path]:
     import json
 
     from autotune.decompose import format_table
-    from autotune.report import DECOMPOSITION_NAMES
+    from autotune.report import DECOMPOSITION_NAMES, write_text_atomically
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    text = out_dir / DECOMPOSITION_NAMES[0]
-    text.write_text(format_table(model_layers), encoding="utf-8")
-    data = out_dir / DECOMPOSITION_NAMES[1]
-    data.write_text(json.dumps([layer.to_dict() for layer in model_layers], indent=1), encoding="utf-8")
-    return [text, data]
+    return [write_text_atomically(out_dir / DECOMPOSITION_NAMES[0], format_table(model_layers)),
+            write_text_atomically(out_dir / DECOMPOSITION_NAMES[1], json.dumps([layer.to_dict() for layer in model_layers], indent=1))]
 

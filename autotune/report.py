@@ -56,8 +56,8 @@ def remember_report_dir(run_id: str, report_dir: str | os.PathLike[str]) -> None
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / REPORT_ELSEWHERE).write_text(str(Path(report_dir).resolve()) + "\n", encoding="utf-8")
-    except OSError:
+        write_text_atomically(folder / REPORT_ELSEWHERE, str(Path(report_dir).resolve()) + "\n")
+    except (OSError, AutotuneError):
         pass  # a convenience: the report itself is written
 
 
@@ -483,22 +483,29 @@ def _history_path(url: Any) -> str:
 
 def write_csv(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """summary_rows as CSV (empty cells for unknown values), for spreadsheets and pandas."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in summary_rows(report):
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    return path
+    from autotune.compile import write_atomically
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            for row in summary_rows(report):
+                writer.writerow({k: "" if v is None else v for k, v in row.items()})
+
+    return write_atomically(Path(path), write)
 
 
 def write_json(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """The full report as strict JSON (NaN/inf written as null so any JSON reader accepts it)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(strict_json(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return path
+    return write_text_atomically(Path(path), json.dumps(strict_json(report), indent=2, allow_nan=False) + "\n")
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    """``path`` holding ``text``, written whole or not at all: on a full disk the report
+    files were left empty, after a traceback."""
+    from autotune.compile import write_atomically
+
+    return write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _points(curve: Iterable[Any]) -> tuple[list[float], list[float]]:
@@ -588,10 +595,9 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
         ax.set_title(f"{report.get('model', '')}: tuner comparison (median, min-max)")
         _decorate(ax, True, len(tuners))
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    from autotune.compile import write_atomically
+
+    return write_atomically(Path(path), lambda tmp: fig.savefig(tmp, format="png"), suffix=".tmp.png")
 
 
 def _decorate(ax: Any, has_data: bool, n_series: int) -> None:
@@ -616,9 +622,7 @@ def write_artifacts(report: Mapping[str, Any], out_dir: str | os.PathLike[str]) 
         write_csv(report, out / REPORT_CSV),
         plot_convergence(report, out / CONVERGENCE_PNG),
     ]
-    txt = out / LAYERS_TXT
-    txt.write_text(format_table(report), encoding="utf-8")
-    paths.append(txt)
+    paths.append(write_text_atomically(out / LAYERS_TXT, format_table(report)))
     return paths
 
 

@@ -6,6 +6,8 @@ import csv
 import io
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -382,6 +384,29 @@ def test_write_artifacts_and_load_from_dir(tmp_path: Path) -> None:
     assert "fused_dense_add" in (tmp_path / "out" / "layers.txt").read_text()
     assert load_report(tmp_path / "out") == report
     assert load_report(str(tmp_path / "out" / "report.json")) == report
+
+
+def test_a_report_that_cannot_be_written_whole_is_one_error_and_no_file(tmp_path: Path) -> None:
+    """On a full disk the report files were left empty after a traceback. A file-size
+    limit (the kernel's own refusal, EFBIG, as a full disk's ENOSPC) stands in for it."""
+    script = (
+        "import json, resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "from autotune.errors import AutotuneError\n"
+        "from autotune.report import write_artifacts\n"
+        "report = json.loads(sys.stdin.read())\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))\n"
+        "try:\n"
+        "    write_artifacts(report, sys.argv[1])\n"
+        "except AutotuneError as err:\n"
+        "    print(err)\n"
+    )
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", script, str(out)], input=json.dumps(make_report()), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.strip() == f"cannot write {out / 'report.json'}: File too large"
+    assert list(out.iterdir()) == []  # no empty report.json, no temporary file
 
 
 def test_load_report_by_autotune_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
