@@ -196,7 +196,7 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
     report = None
     try:
         with tracker:
-            report = session.tune_model(loaded)
+            report = session.tune_model(loaded, leave_open=True)  # closed below, once its files are written
             # absolute: a dashboard reading it from elsewhere got "runs/x"
             report_dir = Path(os.path.abspath(out_dir)) if out_dir is not None else run_dir(session.run_id)
             report["mlflow_run_id"] = tracker.run_id
@@ -212,15 +212,17 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
 
                 report["export"] = compile_model(
                     str(model), out, target=spec, store=store, input_shapes=shapes, size=size,
-                    batch_size=batch_size, batch_norm=opts.batch_norm,
+                    batch_size=batch_size, batch_norm=opts.batch_norm, own_run=session.run_id,
                 )
                 tracker.log_artifact(str(out), "module")
                 tracker.log_artifact(str(sidecar(out)), "module")
             finish_with_report(tracker, report, report_dir)
-    except BaseException as err:
-        if report is not None:  # the layers closed the run finished; its report or module is missing
             with interrupts_held():
-                store.set_run_status(session.run_id, "killed" if isinstance(err, KeyboardInterrupt) else "failed")
+                store.close_run(session.run_id, "finished")
+    except BaseException as err:
+        if report is not None:  # the layers closed; its report or module is missing
+            with interrupts_held():
+                store.close_run(session.run_id, "killed" if isinstance(err, KeyboardInterrupt) else "failed")
         raise
     finally:
         session.close()
@@ -411,7 +413,7 @@ def run(
                 for entry, verdict in zip(result["check"]["outputs"], judged.get("float32", {}).pop("per_output", [])):
                     entry["float32"] = verdict
                 result["check"].update(judged)
-    except AutotuneError as err:  # the outputs were written all the same: said where the error is
+    except (AutotuneError, KeyboardInterrupt) as err:  # the outputs were written all the same: said where the error is
         if "saved_outputs" in result:
             err.saved_outputs = result["saved_outputs"]  # type: ignore[attr-defined]
         raise

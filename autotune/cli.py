@@ -361,7 +361,8 @@ def cmd_run(args) -> int:
             args.module, inputs=args.inputs, seed=args.seed, repeat=args.repeat, check=args.check, rtol=args.rtol,
             atol=args.atol, save_outputs=args.save_outputs,
         )
-    except AutotuneError as err:  # a check that could not run: its outputs were written, and said so
+    # a check that could not run, or a Ctrl-C during it: its outputs were written, and said so
+    except (AutotuneError, KeyboardInterrupt) as err:
         if getattr(err, "saved_outputs", None) and not args.json:
             print(f"outputs written to {err.saved_outputs}")
         raise

@@ -526,8 +526,22 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
                 os.remove(path)
         if isinstance(err, AutotuneError) or not isinstance(err, Exception):
             raise
-        raise AutotuneError(f"exporting {out} failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err}") from None
+        raise AutotuneError(f"exporting {out} failed: {failure_line(str(err)) or err}") from None
     return out
+
+
+#: What marks the line of a tool's output that says why it failed.
+_FAILURE_MARKS = ("No space left", "final link failed", "error:", "Error:", "cannot ", "undefined reference")
+
+
+def failure_line(text: str) -> str:
+    """The line of a failed build's message that says why: the first that reads as an
+    error, else the last. TVM ends a failed link with the command it ran, and a full
+    disk read "Command line: /usr/bin/g++ -shared ..." with ld's reason above it."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not line.strip().startswith("Command line:")]
+    # not a header that announces what follows ("Compilation error:")
+    return next((line for line in lines if any(mark in line for mark in _FAILURE_MARKS) and not line.endswith(":")),
+                lines[-1] if lines else "")
 
 
 def _check_loads(path: str, out) -> None:
@@ -579,11 +593,13 @@ def compile_model(
     batch_size: int | None = None,
     batch_norm: str = DEFAULT_BATCH_NORM,
     step: Callable[[str], None] | None = None,
+    own_run: str | None = None,
 ) -> dict[str, Any]:
     """The whole ``autotune compile`` command as a function: returns its summary.
 
     ``step`` hears what is being done, phase by phase (the CLI shows it as a status line:
-    a CUDA build with nvcc takes 10-20 s)."""
+    a CUDA build with nvcc takes 10-20 s). ``own_run``: the tune exporting its module,
+    still running in history, which is not another tune still tuning."""
     from autotune import decompose, frontend
     from autotune.device_code import fatbin_packer
     from autotune.errors import keep_interrupts_through_tvm
@@ -609,7 +625,7 @@ def compile_model(
     history_key = history_target_key(store, target)
     mod, applied = apply_history(mod, layers, target, store, target_key=history_key)
     hint = history_layering_hint(store, spec, target_key=history_key, batch_norm=batch_norm)
-    tuning = _tuning_note(store, spec.name, {layer.workload_key for layer in layers if layer.tunable})
+    tuning = _tuning_note(store, spec.name, {layer.workload_key for layer in layers if layer.tunable}, own_run)
     say(f"building for {target.key}")
     executable = build(mod, target)
     if target.kind == "cuda":
@@ -660,7 +676,7 @@ def compile_model(
     }
 
 
-def _tuning_note(store, model: str, workload_keys: set[str]) -> tuple[list[str], str | None]:
+def _tuning_note(store, model: str, workload_keys: set[str], own_run: str | None = None) -> tuple[list[str], str | None]:
     """The runs still tuning on ``store`` this model's layers (a run of this model, or one
     that has measured one of its layers), and a line saying what that means for the module
     (a compile during a tune said nothing of it; one of AlexNet was told of a ResNet-18 tune)."""
@@ -668,8 +684,8 @@ def _tuning_note(store, model: str, workload_keys: set[str]) -> tuple[list[str],
 
     if store is None:
         return [], None
-    running = [run for run in runs_in_progress(store)
-               if run["model"] == model or store.run_touched(run["run_id"], workload_keys)]
+    running = [run for run in runs_in_progress(store) if run["run_id"] != own_run
+               and (run["model"] == model or store.run_touched(run["run_id"], workload_keys))]
     if not running:
         return [], None
 

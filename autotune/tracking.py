@@ -95,11 +95,16 @@ def _one_line(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet_mlflow() -> Iterator[None]:
-    """Silence MLflow's table-creation INFO logs and SQLAlchemy deprecation warnings around store calls."""
-    for name in ("mlflow.store.db.utils", "mlflow.store.db", "alembic", "alembic.runtime.migration"):
+    """Silence MLflow's table-creation INFO logs and SQLAlchemy deprecation warnings around
+    store calls. Its database errors too: a store on a full disk printed 85 lines of
+    ERROR log, tracebacks and SQL parameters above the one line autotune says of it."""
+    for name in ("mlflow.store.db", "alembic", "alembic.runtime.migration"):
         logger = logging.getLogger(name)
         if logger.level in (logging.NOTSET, logging.DEBUG, logging.INFO):
             logger.setLevel(logging.WARNING)
+    utils = logging.getLogger("mlflow.store.db.utils")
+    if utils.level in (logging.NOTSET, logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR):
+        utils.setLevel(logging.CRITICAL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)

@@ -19,7 +19,7 @@ from autotune.budget import BUDGET_SPLITS, DEFAULT_MIN_TRIALS, LayerProgress, es
 from autotune.errors import INT64_MAX, AutotuneError, OptionError, check_choice, check_count, check_flag, interrupt_mark, quoted, keep_interrupts_through_tvm, raise_if_interrupted_since
 from autotune.feature_importance import LearnedImportance
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
-from autotune.history import OTHER_BATCH_TUNER
+from autotune.history import OTHER_BATCH_TUNER, HistoryError
 from autotune.layering_hint import history_layering_hint
 from autotune.measure import MeasureOptions, Measurement
 from autotune.priors import priors_from_match
@@ -206,11 +206,15 @@ class TuneSession:
 
     # --- one model ---------------------------------------------------------------------
     def tune_model(
-        self, model: str | LoadedModel, *, input_shapes=None, size: int | None = None, batch_size: int | None = None
+        self, model: str | LoadedModel, *, input_shapes=None, size: int | None = None, batch_size: int | None = None,
+        leave_open: bool = False,
     ) -> dict[str, Any]:
         """Tune ``model``: a zoo name or ONNX path, loaded here with the keywords (batch 1
         unless given), or a :func:`load_layers` result, whose layers are already cut: then
-        a loading keyword is refused rather than silently not applied."""
+        a loading keyword is refused rather than silently not applied. ``leave_open``: a
+        tune that ends well leaves its run running in history, with its summary, for the
+        caller to close once it has written what comes after (a report, a module): killed
+        meanwhile, the run read "finished" for good, its MLflow run RUNNING."""
         from autotune import roofline
         from autotune.info import build_versions
 
@@ -403,10 +407,21 @@ class TuneSession:
             if status != "finished":
                 self._log_unclosed_layers(open_)
             # the run's dispatch decisions and the history records they drew on
-            self.store.finish_run(self.run_id, status, {"layers": [
+            summary = {"layers": [
                 {k: layer.get(k) for k in ("name", "workload_key", "match_score", "match", "dispatch", "tuner", "source_weights", "trials", "best_latency", "best_record_id")}
                 for layer in report["layers"] or [outcomes[l.name] for l in tunable if l.name in outcomes]
-            ]})
+            ]}
+            try:
+                if status == "finished" and leave_open:
+                    self.store.save_run_summary(self.run_id, summary)
+                else:
+                    self.store.finish_run(self.run_id, status, summary)
+            except HistoryError:
+                if status == "finished":
+                    raise
+                # what stopped the tune (a full disk) stops its closing too: said was the
+                # closing ("cannot finish run"), not the write that failed first
+
         return report
 
     def _next_chunk(self, schedule, progress: dict[str, LayerProgress], by_name: dict, probing: bool):

@@ -1058,6 +1058,20 @@ class HistoryStore:
             if result.rowcount == 0:
                 raise HistoryError(f"no run {run_id!r} in history at {self.location}")
 
+    def save_run_summary(self, run_id: str, summary: Mapping[str, Any]) -> None:
+        """A run's JSON summary, its status left as it is (still running: what its caller
+        writes after the layers is not written yet)."""
+        runs = schema.runs
+        with self._write("save run summary") as conn:
+            conn.execute(update(runs).where(runs.c.id == run_id).values(summary_json=canonical_json(dict(summary))))
+
+    def close_run(self, run_id: str, status: str) -> None:
+        """Close a run with its final status and the time, its summary kept."""
+        _check_final_status(status)
+        runs = schema.runs
+        with self._write("finish run") as conn:
+            conn.execute(update(runs).where(runs.c.id == run_id).values(status=status, finished_at=utc_now()))
+
     def set_run_status(self, run_id: str, status: str) -> None:
         """Change a closed run's final status, its summary kept: a tune stopped after its
         layers closed, before its report or module was written, is no finished run."""

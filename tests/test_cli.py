@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -1204,6 +1205,36 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env, stop):
         assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
 
 
+def test_a_history_that_stops_taking_writes_is_said_by_the_first_write_that_failed(env):
+    """A full disk mid-tune said "cannot finish run in history": the closing's failure
+    replaced the write that stopped the tune. Another process holding the database
+    locked refuses writes as a full disk does (busy timeout shortened to 1 s)."""
+    import sqlite3
+
+    from tests.running_tune import wait_for_records
+
+    history = env / "h.db"
+    script = ("import sys\nimport autotune.history.sqlite_db as db\ndb.BUSY_TIMEOUT_S = 1.0\n"
+              "from autotune.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, "tune", "resnet18", "--size", "32", "--max-layers", "1", "--trials", "500",
+         "--batch", "2", "--target", "llvm", "--history", str(history), "--no-mlflow", "--no-verify",
+         "--no-model-latency", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+    )
+    wait_for_records(proc, history, 4)
+    holder = sqlite3.connect(history, timeout=30)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("autotune: error: cannot add record in history at ") and "locked" in line, line
+
+
 def test_a_terminals_ctrl_c_while_the_build_workers_start_prints_one_line(env):
     """A terminal sends Ctrl-C to its whole process group, build workers included: pressed
     while they imported TVM, each printed a KeyboardInterrupt traceback under tune's line,
@@ -1319,6 +1350,66 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
         with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
             assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
             assert db.execute("select count(*) from records where tuner = 'xgb'").fetchone() == (2,)
+
+
+_KILLED_WHILE_EXPORTING = """
+import os
+import signal
+import sys
+
+import autotune.compile
+from autotune.cli import main
+
+def killed(*args, **kwargs):  # the OOM killer during the link, say: nothing runs after it
+    os.kill(os.getpid(), signal.SIGKILL)
+
+autotune.compile.export = killed
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_tune_killed_while_exporting_is_no_finished_run(capsys, env, dyn_model):
+    """The layers closed the run "finished" before the module and the report were
+    written: a SIGKILL then left it finished for good, with neither, and its MLflow run
+    RUNNING. It stays running until they are written, so the next look finds it killed."""
+    history, mlruns = env / "h.db", env / "mlruns"
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_WHILE_EXPORTING, "tune", dyn_model, "--input-shape", "x=2x8", "--target", "llvm",
+         "--trials", "2", "--history", str(history), "--mlflow-uri", f"sqlite:///{mlruns}.db", "--no-model-latency",
+         "--quiet", "--out", str(env / "m.so")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    assert main(["history", "runs", "--history", str(history), "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)
+    assert run["status"] == "killed"
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{mlruns}.db")
+    assert main(["tune", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "--trials", "1", "--history", str(history),
+                 "--mlflow-uri", f"sqlite:///{mlruns}.db", "--no-model-latency", "--quiet"]) == 0
+    statuses = {r.info.run_id: r.info.status for e in client.search_experiments() for r in client.search_runs([e.experiment_id])}
+    assert "RUNNING" not in statuses.values() and "KILLED" in statuses.values()
+
+
+def test_run_stopped_in_its_check_says_the_outputs_it_wrote(env, dyn_model):
+    """Ctrl-C while the reference evaluator ran: the outputs were written before the
+    check, and only "interrupted" was said of them."""
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "m.so"]) == 0
+    script = (
+        "import sys\n"
+        "import onnx.reference\n"
+        "from autotune.cli import main\n"
+        "def pressed(self, *args, **kwargs):\n"
+        "    raise KeyboardInterrupt\n"
+        "onnx.reference.ReferenceEvaluator.run = pressed\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, "run", "m.so", "--repeat", "1", "--check", dyn_model,
+                           "--save-outputs", "y.npz"], capture_output=True, text=True, timeout=300, cwd=env)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "outputs written to y.npz" and "Traceback" not in proc.stderr
+    assert (env / "y.npz").is_file()
 
 
 def test_import_cli_does_not_import_heavy_modules(env):

@@ -511,3 +511,17 @@ def test_a_modules_description_says_each_outputs_shape_and_dtype(tmp_path, capsy
     arrays = api.run(out, repeat=1, return_outputs=True)["output_arrays"]  # what the module gives, as said
     assert [(list(a.shape), str(a.dtype)) for a in arrays] == [(i["shape"], i["dtype"]) for i in info]
     assert np.all(arrays[0] >= 0)
+
+
+def test_a_failed_link_is_said_by_the_linkers_reason_not_its_command() -> None:
+    """A full disk read "exporting x.so failed: Command line: /usr/bin/g++ -shared ...":
+    TVM's message (tvm/support/cc.py) ends with the command, ld's reason above it."""
+    from autotune.compile import failure_line
+
+    tvm_message = ("Compilation error:\n/usr/bin/ld: final link failed: No space left on device\n"
+                   "collect2: error: ld returned 1 exit status\n\n"
+                   "Command line: /usr/bin/g++ -shared -fPIC -o /tmp/full/.autotune-2ddb.so /tmp/t/lib0.o /tmp/t/devc.o")
+    assert failure_line(tvm_message) == "/usr/bin/ld: final link failed: No space left on device"
+    assert failure_line("something odd\nin the last line") == "in the last line"
+    assert failure_line("[Errno 28] No space left on device") == "[Errno 28] No space left on device"
+    assert failure_line("") == ""

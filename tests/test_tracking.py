@@ -213,6 +213,30 @@ def test_failure_marks_runs_failed(store: str) -> None:
     assert steps(client, kid.info.run_id, "best_latency_ms") == [(1, 1.0)]
 
 
+def test_a_store_that_refuses_a_write_is_one_line_with_no_mlflow_log(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """A store on a full disk printed 85 lines (MLflow's ERROR log of the database error,
+    two tracebacks, the SQL's parameters) above autotune's one line. Another process
+    holding the database locked is such a refusal too."""
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    tracker = Tracker.create(True, f"sqlite:///{db.as_posix()}")
+    tracker.start("m", {}, {})
+    capfd.readouterr()
+    holder = sqlite3.connect(db, timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(AutotuneError, match="failed to .*database is locked"):
+            tracker.log_params({"answer": 42})
+            tracker.flush()
+    finally:
+        holder.rollback()
+        holder.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    tracker.end("FAILED")
+
+
 def test_explicit_end_status_and_idempotent(store: str) -> None:
     tracker = Tracker.create(True, store)
     tracker.start("m", {"model": "m"})
