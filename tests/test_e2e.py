@@ -82,7 +82,10 @@ def test_tune_writes_every_measurement_to_history(tuned, workdir):
         # which autotune and TVM made the records, in history (an export carries it; a report does not travel)
         import tvm
 
-        assert runs[-1]["params"]["versions"] == {"autotune": report_versions(workdir)["autotune"], "tvm": tvm.__version__}
+        from autotune.info import build_versions
+
+        assert runs[-1]["params"]["versions"] == build_versions() == report_versions(workdir)
+        assert build_versions()["tvm"] == tvm.__version__ and build_versions()["tvm_ffi"] == "0.1.14.post1"
         # every tuned layer's winner was checked against the reference
         for key in {r.workload_key for r in tuned_records}:
             best = store.best(key, tuned_records[0].target_key)
