@@ -8,13 +8,15 @@ compile leaves no partial ``.so`` behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from autotune.budget import DEFAULT_MIN_TRIALS
 from autotune.errors import AutotuneError
@@ -447,21 +449,59 @@ def _name_max(folder: Path) -> int:
 
 def temporary_beside(parent: Path, suffix: str) -> Path:
     """A fresh, short, hidden name in ``parent``: one built from the output's own name
-    (and a pid and a uuid) went past the file-name limit for outputs of a legal length."""
+    (and a pid and a uuid) went past the file-name limit for outputs of a legal length.
+    It names the process, so that one killed mid-write leaves a file the next write to
+    the folder removes (:func:`remove_orphaned_temporaries`)."""
     import uuid
 
-    return parent / f".autotune-{uuid.uuid4().hex[:16]}{suffix}"
+    return parent / f".autotune-{os.getpid()}-{uuid.uuid4().hex[:16]}{suffix}"
+
+
+_TEMPORARY = re.compile(r"\.autotune-(\d+)-[0-9a-f]{16}(\.|$)")
+
+#: Seconds a killed process's temporary file is left before it is removed: in a folder
+#: other hosts write to, a pid says nothing, and no write takes this long to finish.
+ORPHAN_AGE_S = 600.0
+
+
+def remove_orphaned_temporaries(parent: Path) -> list[str]:
+    """Remove the temporary files of :func:`temporary_beside` in ``parent`` whose process
+    is gone: a tune or compile killed outright mid-export (SIGKILL, the OOM killer during
+    the link) left a 47 MB hidden module beside the output, for good. Returns the names."""
+    import time
+
+    from autotune.processes import pid_alive
+
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        found = _TEMPORARY.match(name)
+        if found is None or int(found.group(1)) == os.getpid() or pid_alive(int(found.group(1))):
+            continue
+        path = parent / name
+        try:
+            if now - path.lstat().st_mtime >= ORPHAN_AGE_S:
+                path.unlink()
+                removed.append(name)
+        except OSError:
+            continue
+    return removed
 
 
 def make_parent(out: Path) -> Path:
     """``out``'s directory (as named, a symlink not followed), made if missing; only once
     the file is about to be written, so a run that fails earlier leaves no empty
-    directory behind."""
+    directory behind. What killed writes left there is cleared."""
     parent = Path(os.path.abspath(out)).parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise AutotuneError(f"cannot write {out}: {err.strerror or err}") from None
+    remove_orphaned_temporaries(parent)
     return parent
 
 
@@ -510,7 +550,8 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     tmp = str(temporary_beside(parent, ".so"))
     meta_tmp = tmp + ".json"
     try:
-        executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}), **({"cc": cc} if cc else {}))
+        with _owned_tvm_temporaries():
+            executable.export_library(tmp, **({"fpack_imports": fpack_imports} if fpack_imports else {}), **({"cc": cc} if cc else {}))
         if metadata.get("target_kind", "llvm") == "llvm":
             _check_loads(tmp, out)
         # the description names its module by content: another model's description of the
@@ -528,6 +569,26 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
             raise
         raise AutotuneError(f"exporting {out} failed: {failure_line(str(err)) or err}") from None
     return out
+
+
+@contextlib.contextmanager
+def _owned_tvm_temporaries() -> Iterator[None]:
+    """TVM's objects of an export (a 46 MB ``devc.o`` for ResNet-18) made in a folder that
+    names this process: killed outright during the link, the process left TVM's
+    ``/tmp/tmpXXXX`` behind for good; such folders are cleared by the next build or export
+    (:func:`autotune.measure.remove_orphaned_exports`)."""
+    import tempfile
+
+    from autotune.measure import owned_temporary_folder, remove_orphaned_exports
+
+    remove_orphaned_exports()
+    folder, before = owned_temporary_folder(), tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: What marks the line of a tool's output that says why it failed.

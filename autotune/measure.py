@@ -120,6 +120,12 @@ def _export_owner(name: str) -> tuple[str, int] | None:
     return (host, int(pid)) if host and pid.isdigit() and random_part else None
 
 
+def owned_temporary_folder() -> str:
+    """A fresh folder in the temporary directory that names this host and process, so
+    that :func:`remove_orphaned_exports` clears it once the process is gone."""
+    return tempfile.mkdtemp(prefix=f"{_EXPORT_PREFIX}{socket.gethostname()}-{os.getpid()}-")
+
+
 def remove_orphaned_exports(parent: str | None = None) -> list[str]:
     """Remove the folders of builders on this host whose process is gone.
 
@@ -153,7 +159,7 @@ class WarmBuilder:
         self.max_workers = max_workers or max(1, os.cpu_count() or 1)
         self.timeout_sec = timeout_sec
         remove_orphaned_exports()
-        self.export_dir = tempfile.mkdtemp(prefix=f"{_EXPORT_PREFIX}{socket.gethostname()}-{os.getpid()}-")
+        self.export_dir = owned_temporary_folder()
         # removed by close(), or when the builder is collected or Python exits without it
         # (49 empty folders had piled up under /tmp here from builders never closed)
         self._remove_exports = weakref.finalize(self, shutil.rmtree, self.export_dir, True)

@@ -525,3 +525,76 @@ def test_a_failed_link_is_said_by_the_linkers_reason_not_its_command() -> None:
     assert failure_line("something odd\nin the last line") == "in the last line"
     assert failure_line("[Errno 28] No space left on device") == "[Errno 28] No space left on device"
     assert failure_line("") == ""
+
+
+_KILLED_WHILE_LINKING = """
+import os
+import signal
+import sys
+
+import tvm.support.cc
+
+from autotune.cli import main
+
+def killed(*args, **kwargs):  # the OOM killer during the link: TVM's objects are written, nothing runs after
+    os.kill(os.getpid(), signal.SIGKILL)
+
+tvm.support.cc.create_shared = killed
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_what_an_export_killed_while_linking_leaves_is_cleared_by_the_next(tmp_path) -> None:
+    """Killed during the link, a compile left TVM's objects (46 MB for ResNet-18) in a
+    /tmp/tmpXXXX folder for good. They are made in a folder that names the process,
+    which the next export clears once that process is gone."""
+    import os
+    import subprocess
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    args = ["compile", "dqn", "--size", "36", "--target", "llvm", "-o", str(tmp_path / "out" / "d.so")]
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WHILE_LINKING, *args], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    left = [p for p in tmp.iterdir() if any(p.rglob("*.o"))]
+    assert [p.name.split("-")[:2] for p in left] == [["autotune", "build"]], sorted(tmp.rglob("*"))
+    done = subprocess.run([sys.executable, "-m", "autotune", *args], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not any(tmp.rglob("*.o")) and (tmp_path / "out" / "d.so").is_file()
+
+
+def test_a_killed_writers_temporary_file_is_cleared_once_it_is_old(tmp_path) -> None:
+    """A tune or compile killed mid-export left its hidden 47 MB module beside the output
+    for good. The next write to the folder removes such a file once its process is gone
+    and it has not changed for ORPHAN_AGE_S (in a folder other hosts write to, a pid
+    alone says nothing)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from autotune.compile import ORPHAN_AGE_S, make_parent, temporary_beside
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    old = time.time() - ORPHAN_AGE_S - 5
+    names = {
+        f".autotune-{gone}-0123456789abcdef.so": old,  # its process gone, long unchanged: removed
+        f".autotune-{gone}-0123456789abcdef.so.json": old,
+        f".autotune-{gone}-fedcba9876543210.so": time.time(),  # just written: another host's, maybe
+        f".autotune-1-0123456789abcdef.so": old,  # a live process's (init)
+        ".autotune-notes": old,  # not ours
+        "model.so": old,
+    }
+    for name, mtime in names.items():
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (mtime, mtime))
+    mine = temporary_beside(tmp_path, ".so")
+    mine.write_text("x")
+    os.utime(mine, (old, old))
+    assert mine.name.startswith(f".autotune-{os.getpid()}-")
+    make_parent(tmp_path / "next.so")
+    kept = [n for n in names if not n.startswith(f".autotune-{gone}-0123")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, mine.name])
