@@ -103,7 +103,7 @@ def _quiet_mlflow() -> Iterator[None]:
         if logger.level in (logging.NOTSET, logging.DEBUG, logging.INFO):
             logger.setLevel(logging.WARNING)
     utils = logging.getLogger("mlflow.store.db.utils")
-    if utils.level in (logging.NOTSET, logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR):
+    if utils.level < logging.CRITICAL:
         utils.setLevel(logging.CRITICAL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

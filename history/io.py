@@ -177,13 +177,11 @@ def _write_export(store: HistoryStore, write, workload_key: str | None, target_k
     write("{")
     for i, key in enumerate(sorted(parts)):
         write(("," if i else "") + f"\n {json.dumps(key)}: ")
-        value = parts[key]()
-        items = value if key == "records" else None
-        if items is None:
-            write(_dumps(value).replace("\n", "\n "))
+        if key != "records":
+            write(_dumps(parts[key]()).replace("\n", "\n "))
             continue
         first = True
-        for item in items:
+        for item in records():
             write(("[\n  " if first else ",\n  ") + _dumps(item).replace("\n", "\n  "))
             first = False
         write("[]" if first else "\n ]")

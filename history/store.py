@@ -102,6 +102,19 @@ def _truncate(error: str | None) -> str | None:
     return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 3] + "..."
 
 
+def _missing(conn: Connection, added: Mapping[str, Sequence[str]], present: Any) -> list[tuple[str, str]]:
+    """(table, name) of the ``added`` columns or indexes an existing table lacks, where
+    ``present(inspector, table)`` lists what the table has (dicts with a "name")."""
+    inspector = inspect(conn)
+    tables = set(inspector.get_table_names())
+    return [
+        (table, name)
+        for table, names in added.items()
+        if table in tables
+        for name in sorted(set(names) - {item["name"] for item in present(inspector, table)})
+    ]
+
+
 class HistoryStore:
     """A connection to one history database; open it with :func:`open_history`."""
 
@@ -279,28 +292,14 @@ class HistoryStore:
                 self._absent_columns = set(self._missing_columns(conn))
 
     @staticmethod
-    def _missing_indexes(conn: Connection) -> list[tuple[str, str]]:
-        """(table, index) of :data:`schema.ADDED_INDEXES` an existing table lacks."""
-        inspector = inspect(conn)
-        names = set(inspector.get_table_names())
-        return [
-            (table, index)
-            for table, indexes in schema.ADDED_INDEXES.items()
-            if table in names
-            for index in sorted(set(indexes) - {i["name"] for i in inspector.get_indexes(table)})
-        ]
-
-    @staticmethod
     def _missing_columns(conn: Connection) -> list[tuple[str, str]]:
         """(table, column) of :data:`schema.ADDED_COLUMNS` an existing table lacks."""
-        inspector = inspect(conn)
-        names = set(inspector.get_table_names())
-        return [
-            (table, column)
-            for table, columns in schema.ADDED_COLUMNS.items()
-            if table in names
-            for column in sorted(set(columns) - {c["name"] for c in inspector.get_columns(table)})
-        ]
+        return _missing(conn, schema.ADDED_COLUMNS, lambda inspector, table: inspector.get_columns(table))
+
+    @staticmethod
+    def _missing_indexes(conn: Connection) -> list[tuple[str, str]]:
+        """(table, index) of :data:`schema.ADDED_INDEXES` an existing table lacks."""
+        return _missing(conn, schema.ADDED_INDEXES, lambda inspector, table: inspector.get_indexes(table))
 
     # ------------------------------------------------------------ transactions
 
@@ -1071,14 +1070,6 @@ class HistoryStore:
         runs = schema.runs
         with self._write("finish run") as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(status=status, finished_at=utc_now()))
-
-    def set_run_status(self, run_id: str, status: str) -> None:
-        """Change a closed run's final status, its summary kept: a tune stopped after its
-        layers closed, before its report or module was written, is no finished run."""
-        _check_final_status(status)
-        runs = schema.runs
-        with self._write("set run status") as conn:
-            conn.execute(update(runs).where(runs.c.id == run_id).values(status=status))
 
     def _run_query(self) -> Any:
         runs, t, r = schema.runs, schema.targets, schema.records
