@@ -703,7 +703,18 @@ def cmd_history_export(args) -> int:
         if held >= EXPORT_SAYS_AT and not args.json:
             # on stderr: stdout may be the export; 100,000 records took half a minute, silent
             print(f"exporting {held:,} records", file=sys.stderr, flush=True)
-        n = export_json(store, sys.stdout if path == "-" else path)
+        if path != "-":  # what exports killed midway left there (autotune.compile)
+            from autotune.compile import remove_orphaned_temporaries
+
+            remove_orphaned_temporaries(Path(os.path.abspath(os.path.expanduser(path))).parent)
+        try:
+            n = export_json(store, sys.stdout if path == "-" else path)
+            if path == "-":
+                sys.stdout.flush()  # a small export's failure came at exit, past any handler
+        except OSError as err:  # standard output on a full disk (a file's failure is a HistoryError)
+            from autotune.errors import AutotuneError
+
+            raise AutotuneError(f"cannot write the export to standard output: {err.strerror or err}") from None
     if args.json:
         print(json.dumps({"records": n, "out": os.path.abspath(os.path.expanduser(path))}))
     elif path != "-":

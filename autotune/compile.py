@@ -12,7 +12,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from autotune.budget import DEFAULT_MIN_TRIALS
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.target import TargetSpec, other_architecture
+from autotune.history.location import TEMPORARY_NAME, temporary_beside
 from autotune.history.models import BASELINE_SPACE_PREFIX
 
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
@@ -447,25 +447,13 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def temporary_beside(parent: Path, suffix: str) -> Path:
-    """A fresh, short, hidden name in ``parent``: one built from the output's own name
-    (and a pid and a uuid) went past the file-name limit for outputs of a legal length.
-    It names the process, so that one killed mid-write leaves a file the next write to
-    the folder removes (:func:`remove_orphaned_temporaries`)."""
-    import uuid
-
-    return parent / f".autotune-{os.getpid()}-{uuid.uuid4().hex[:16]}{suffix}"
-
-
-_TEMPORARY = re.compile(r"\.autotune-(\d+)-[0-9a-f]{16}(\.|$)")
-
 #: Seconds a killed process's temporary file is left before it is removed: in a folder
 #: other hosts write to, a pid says nothing, and no write takes this long to finish.
 ORPHAN_AGE_S = 600.0
 
 
 def remove_orphaned_temporaries(parent: Path) -> list[str]:
-    """Remove the temporary files of :func:`temporary_beside` in ``parent`` whose process
+    """Remove the temporary files of :func:`~autotune.history.location.temporary_beside` in ``parent`` whose process
     is gone: a tune or compile killed outright mid-export (SIGKILL, the OOM killer during
     the link) left a 47 MB hidden module beside the output, for good. Returns the names."""
     import time
@@ -479,7 +467,7 @@ def remove_orphaned_temporaries(parent: Path) -> list[str]:
         return removed
     now = time.time()
     for name in names:
-        found = _TEMPORARY.match(name)
+        found = TEMPORARY_NAME.match(name)
         if found is None or int(found.group(1)) == os.getpid() or pid_alive(int(found.group(1))):
             continue
         path = parent / name
@@ -600,9 +588,10 @@ def failure_line(text: str) -> str:
     error, else the last. TVM ends a failed link with the command it ran, and a full
     disk read "Command line: /usr/bin/g++ -shared ..." with ld's reason above it."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not line.strip().startswith("Command line:")]
-    # not a header that announces what follows ("Compilation error:")
-    return next((line for line in lines if any(mark in line for mark in _FAILURE_MARKS) and not line.endswith(":")),
-                lines[-1] if lines else "")
+    # not a header that announces what follows ("Compilation error:"), nor a warning
+    # ("ld: warning: cannot find entry symbol") above the error
+    return next((line for line in lines if any(mark in line for mark in _FAILURE_MARKS) and not line.endswith(":")
+                 and "warning:" not in line), lines[-1] if lines else "")
 
 
 def _check_loads(path: str, out) -> None:

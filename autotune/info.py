@@ -116,17 +116,22 @@ def build_versions() -> dict[str, str | None]:
     return {"autotune": __version__, "tvm": tvm.__version__, "tvm_ffi": _version("apache-tvm-ffi")}
 
 
-#: Packages that install under another distribution name on some platforms.
-DISTRIBUTIONS = {"xgboost": ("xgboost", "xgboost-cpu")}
+#: Packages that install under more than one distribution name, by the module they give:
+#: its own ``__version__`` says which is imported (an upgrade from ``xgboost`` to
+#: ``xgboost-cpu`` leaves both installed, and the first one's version was said).
+MODULES = {"xgboost": "xgboost"}
 
 
 def _version(name: str) -> str | None:
-    for dist in DISTRIBUTIONS.get(name, (name,)):
+    if name in MODULES:
         try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+            return str(importlib.import_module(MODULES[name]).__version__)
+        except Exception:  # not installed, or broken: said as not installed
+            return None
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _target(spec) -> dict[str, Any]:

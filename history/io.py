@@ -15,16 +15,17 @@ import gzip
 import json
 import math
 import os
-import tempfile
 import zlib
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import IO, Any, Mapping
 
 from sqlalchemy import insert, select, update
 
 from . import schema
 from .errors import HistoryError
+from .location import temporary_beside
 from .models import (RECORD_STATUSES, RECORD_TIMINGS, RUN_STATUSES, TargetInfo, WorkloadInfo, canonical_json, sample_stats,
                      split_target_key)
 from .store import _PG_IMPORT_LOCK, HistoryStore
@@ -92,16 +93,18 @@ def export_json(
                            "or remove it first)")
     try:
         os.makedirs(directory, exist_ok=True)  # as `tune --out` and `compile -o` make theirs
-        fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".json.tmp", dir=directory)
+        # a name that says whose it is: killed mid-export (the whole export, now that it
+        # streams), the file is removed by a later write to the folder once that process
+        # is gone (autotune.compile.remove_orphaned_temporaries); mode 0666 less the umask,
+        # as any new file (mkstemp's 0600 was chmod-ed: an export is meant to be shared)
+        tmp = str(temporary_beside(Path(directory), ".json.tmp"))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
         from .sqlite_db import why_not_creatable
 
         # a file where a folder of the path should be said "File exists"
         raise HistoryError(f"cannot export history to {path}: {why_not_creatable(path) or exc.strerror or exc}") from None
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an export is meant to be shared
         with os.fdopen(fd, "wb") as fh:
             # it wrote plain JSON to x.json.gz. zlib's own gzip header (no name, no time), as
             # ``gzip.compress(data, mtime=0)`` wrote it: an export of the same history is the

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from pathlib import Path
 
 #: Environment variable naming the history location (file path or SQLAlchemy URL).
@@ -110,3 +112,17 @@ def mask_url(url: str) -> str:
         if sep and "@" in rest:
             return f"{scheme}://***@{rest.rpartition('@')[2]}"
         return url
+
+
+#: The names of :func:`temporary_beside`: the pid of the process writing it.
+TEMPORARY_NAME = re.compile(r"\.autotune-(\d+)-[0-9a-f]{16}(\.|$)")
+
+
+def temporary_beside(parent: Path, suffix: str) -> Path:
+    """A fresh, short, hidden name in ``parent`` for a file written whole and then renamed
+    over an output (an export, a module, a report). One built from the output's own name
+    (and a pid and a uuid) went past the file-name limit for outputs of a legal length.
+    It names the process, so that one killed mid-write leaves a file a later write to the
+    folder removes (:func:`autotune.compile.remove_orphaned_temporaries`). Here, in the
+    lowest layer, because history's exports write so too."""
+    return parent / f".autotune-{os.getpid()}-{uuid.uuid4().hex[:16]}{suffix}"

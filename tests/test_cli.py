@@ -1161,6 +1161,16 @@ def test_python_m_autotune_help(env):
         assert cmd in proc.stdout
 
 
+def test_an_export_to_a_full_standard_output_is_one_line(env, populated_history):
+    """``history export - > /dev/full`` ended in an OSError traceback."""
+    path, _ = populated_history
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "autotune", "history", "export", "-", "--history", path], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120, env=os.environ.copy())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["autotune: error: cannot write the export to standard output: No space left on device"]
+
+
 def test_a_reader_that_leaves_early_is_no_error(env):
     """``autotune zoo list | head -0``: the pipe closes before we write; no traceback."""
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "zoo", "list"], stdout=subprocess.PIPE,

@@ -525,6 +525,8 @@ def test_a_failed_link_is_said_by_the_linkers_reason_not_its_command() -> None:
     assert failure_line("something odd\nin the last line") == "in the last line"
     assert failure_line("[Errno 28] No space left on device") == "[Errno 28] No space left on device"
     assert failure_line("") == ""
+    warned = "ld: warning: cannot find entry symbol _start\n/tmp/x.o: undefined reference to `foo'\nCommand line: g++ x.o"
+    assert failure_line(warned) == "/tmp/x.o: undefined reference to `foo'"
 
 
 _KILLED_WHILE_LINKING = """

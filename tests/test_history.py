@@ -597,7 +597,10 @@ def test_export_import_round_trip_and_idempotent(tmp_path: Path) -> None:
     assert "workload_id" not in doc["records"][0] and "id" not in doc["records"][0]
     assert [r["twin"] for r in doc["records"]] == [False, True, False, False, False, False]
     assert [r["timing"] for r in doc["records"]] == ["launches"] * 3 + ["queued"] + ["launches"] * 2
-    assert not list(tmp_path.glob(".export-*"))
+    assert not list(tmp_path.glob(".autotune-*"))  # its temporary, renamed over the export
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # shared as any new file, not mkstemp's 0600
 
     with open_history(tmp_path / "dst.db") as dst:
         check_import_merges(src, dst, out)
