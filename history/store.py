@@ -768,10 +768,9 @@ class HistoryStore:
         if query is None:
             return []
         query = query.order_by(r.c.id.desc() if last is not None else r.c.id)
-        if last is not None:
-            query = query.limit(int(last))
-        if limit is not None:
-            query = query.limit(int(limit))
+        count = last if last is not None else limit
+        if count is not None:
+            query = query.limit(int(count))
         with self._read() as conn:
             found = [self._record_from_row(row) for row in conn.execute(query)]
         return found[::-1] if last is not None else found
@@ -781,13 +780,14 @@ class HistoryStore:
         reads of their own: an export of a million records held them all at once (10.7 GB),
         and one long read would hold off other writers in rollback-journal mode."""
         r = schema.records
+        query = self._filtered(self._record_query(), **filters)
+        if query is None:
+            return
+        query = query.order_by(r.c.id).limit(int(page))
         after = 0
         while True:
-            query = self._filtered(self._record_query(), **filters)
-            if query is None:
-                return
             with self._read() as conn:
-                rows = conn.execute(query.where(r.c.id > after).order_by(r.c.id).limit(int(page))).all()
+                rows = conn.execute(query.where(r.c.id > after)).all()
             for row in rows:
                 yield self._record_from_row(row)
             if len(rows) < page:
