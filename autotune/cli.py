@@ -698,8 +698,8 @@ def cmd_history_export(args) -> int:
         from autotune.errors import AutotuneError
 
         raise AutotuneError("--json with - : the export itself is the JSON on standard output")
-    with open_history(args.history, create=False, readonly=True) as store:
-        held = store.count_records()
+    with open_history(args.history, create=False, readonly=True) as store, store.snapshot():
+        held = store.count_records()  # of the state the export writes (history.store snapshot)
         if held >= EXPORT_SAYS_AT and not args.json:
             # on stderr: stdout may be the export; 100,000 records took half a minute, silent
             print(f"exporting {held:,} records", file=sys.stderr, flush=True)

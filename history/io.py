@@ -36,6 +36,10 @@ VERSION = 1
 _TARGET_FIELDS = ("kind", "arch", "device_name", "driver_version", "runtime_version", "tvm_version")
 
 
+#: Records an export reads at a time (history.store.iter_records).
+EXPORT_PAGE = 5000
+
+
 def _record_to_json(rec: Any) -> dict[str, Any]:
     return {
         "workload_key": rec.workload_key,
@@ -78,7 +82,8 @@ def export_json(
     three times over (10.7 GB for a million).
     """
     if hasattr(fp_or_path, "write"):
-        return _write_export(store, fp_or_path.write, workload_key, target_key)  # type: ignore[union-attr]
+        with store.snapshot():
+            return _write_export(store, fp_or_path.write, workload_key, target_key)  # type: ignore[union-attr]
     given = os.fspath(fp_or_path)  # type: ignore[arg-type]
     if given.endswith(("/", os.sep)):  # written as a file of the folder's name
         raise HistoryError(f"cannot export history to {given}: the name ends in '/', a folder's; give a file name")
@@ -115,7 +120,8 @@ def export_json(
                 data = text.encode("utf-8")
                 fh.write(packer.compress(data) if packer is not None else data)
 
-            count = _write_export(store, write, workload_key, target_key)
+            with store.snapshot():  # records, runs and workloads of one state of history
+                count = _write_export(store, write, workload_key, target_key)
             if packer is not None:
                 fh.write(packer.flush())
         os.replace(tmp, path)
@@ -137,10 +143,11 @@ def _write_export(store: HistoryStore, write, workload_key: str | None, target_k
     used_targets: set[str] = set()
     wrote_runs: set[str | None] = set()
     count = 0
+    runs_before = {run["run_id"] for run in store.runs()}
 
     def records():
         nonlocal count
-        for rec in store.iter_records(workload_key=workload_key, target_key=target_key):
+        for rec in store.iter_records(page=EXPORT_PAGE, workload_key=workload_key, target_key=target_key):
             used_workloads.add(rec.workload_key)
             used_targets.add(rec.target_key)
             wrote_runs.add(rec.run_id)
@@ -149,6 +156,10 @@ def _write_export(store: HistoryStore, write, workload_key: str | None, target_k
 
     def runs():
         listed = store.runs()
+        gone = (runs_before - {run["run_id"] for run in listed}) & wrote_runs
+        if gone:  # removed between two pages of records (no snapshot(): a rollback journal)
+            raise HistoryError(f"history changed during the export (run {sorted(gone)[0]} was removed after "
+                               "some of its records were written); export again")
         if workload_key is not None or target_key is not None:
             listed = [run for run in listed if run["run_id"] in wrote_runs]
         return [_run_to_json(run) for run in listed]

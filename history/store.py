@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Collection, Iterator, Mapping, Sequence
@@ -135,6 +136,7 @@ class HistoryStore:
         self.readonly = readonly
         self._engine: Engine | None = None
         self._wal = False  # SQLite: put connections in WAL mode (set once the file is checked)
+        self._pinned = threading.local()  # .conn: the connection a snapshot() block reads through
         # every workload, parsed, and the state of the table it was read at (see workloads())
         self._workloads_read: tuple[tuple, list[WorkloadInfo]] | None = None
         # summary() rows by its arguments, and the state of the records table they were read at
@@ -337,9 +339,49 @@ class HistoryStore:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
+        pinned = getattr(self._pinned, "conn", None)
+        if pinned is not None:  # inside snapshot(): the same transaction, left open
+            try:
+                yield pinned
+            except SQLAlchemyError as exc:
+                raise self._error("read", exc) from exc
+            return
         try:
             with self.engine.connect() as conn:
                 yield conn
+        except SQLAlchemyError as exc:
+            raise self._error("read", exc) from exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[bool]:
+        """Reads in this block (in this thread) see history as it was at the first of them.
+
+        Yields whether they do. An export reads a page of records at a time and then the
+        runs, targets and workloads; a `history rm` between the pages wrote records of a run
+        the export then did not list. One read transaction sees one state: a WAL reader
+        holds its snapshot without holding off writers, and PostgreSQL's REPEATABLE READ
+        does the same. A SQLite file still in its rollback journal (a contended switch to
+        WAL, a read-only folder) would lock every writer out for the whole block, so there
+        the reads stay separate and this yields False.
+        """
+        if getattr(self._pinned, "conn", None) is not None:
+            yield True
+            return
+        try:
+            with self.engine.connect() as conn:
+                if self._sqlite:
+                    mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+                    if str(mode).lower() != "wal":
+                        conn.rollback()
+                        conn = None  # type: ignore[assignment]
+                else:
+                    conn.rollback()
+                    conn.execution_options(isolation_level="REPEATABLE READ")
+                self._pinned.conn = conn
+                try:
+                    yield conn is not None
+                finally:
+                    self._pinned.conn = None
         except SQLAlchemyError as exc:
             raise self._error("read", exc) from exc
 

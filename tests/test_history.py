@@ -25,6 +25,7 @@ import pytest
 from sqlalchemy import event
 
 from autotune import history
+from autotune.history import io as history_io
 from autotune.history import (
     HistoryError,
     HistoryStore,
@@ -811,6 +812,64 @@ def test_an_export_after_a_run_is_removed_carries_none_of_its_workloads(tmp_path
         doc = json.loads(buf.getvalue())
         assert [w["key"] for w in doc["workloads"]] == [CONV.key, DENSE.key]
         assert [t["key"] for t in doc["targets"]] == [GPU.key, CPU.key]
+
+
+class _RemovesRunMidway:
+    """A text stream that, once the export has written its first record, has another
+    connection remove run r1 (``history rm`` in another process)."""
+
+    def __init__(self, location: Path | str) -> None:
+        self.location, self.parts, self.removed = location, [], False
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+        if not self.removed and '"config"' in text:
+            with open_history(str(self.location)) as other:
+                assert other.remove_runs(["r1"])
+            self.removed = True
+
+
+def populated_with_run(path: Path | str) -> HistoryStore:
+    """:func:`populated`, its records of r1 written by a run of that name."""
+    store = populated(path)
+    store.start_run("r1", model="m", target_key=GPU.key, tuner="random", params={})
+    store.finish_run("r1", "finished", {})
+    return store
+
+
+def test_an_export_is_one_state_of_history_while_another_process_removes_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records are read a page at a time; a `history rm` between two pages wrote records
+    of a run the export then did not list, and the import of it was refused."""
+    monkeypatch.setattr(history_io, "EXPORT_PAGE", 1)
+    check_export_is_one_state(str(tmp_path / "h.db"))
+
+
+def check_export_is_one_state(location: str) -> None:
+    with populated_with_run(location) as store:
+        before = text_of(store)
+        assert '"run_id": "r1"' in before
+        stream = _RemovesRunMidway(location)
+        assert export_json(store, stream) == 6
+        assert stream.removed and "".join(stream.parts) == before  # the state it began in
+        assert len(store.records()) == 3  # and the removal went through meanwhile
+
+
+def test_an_export_of_a_rollback_journal_file_that_changes_midway_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where one long read would lock writers out (no WAL), pages are read apart: a run
+    removed between them is an error, not an export that names a run it leaves out."""
+    monkeypatch.setattr(history_io, "EXPORT_PAGE", 1)
+    populated_with_run(tmp_path / "h.db").close()  # the last writer out leaves a rollback journal
+    with open_history(str(tmp_path / "h.db"), readonly=True) as store:
+        with store.snapshot() as held:
+            assert not held
+        stream = _RemovesRunMidway(tmp_path / "h.db")
+        with pytest.raises(HistoryError, match=r"run r1 was removed after some of its records were written\); export again"):
+            export_json(store, stream)
+        assert stream.removed
 
 
 def _valid_doc(tmp_path: Path) -> dict[str, Any]:

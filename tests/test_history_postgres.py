@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import pytest
 
 from autotune.history import HistoryError, export_json, import_json, open_history
+from autotune.history import io as history_io
 from tests.test_history import (
     BAD_IMPORTS,
     CONV,
@@ -33,6 +34,7 @@ from tests.test_history import (
     DENSE,
     GPU,
     _run_script,
+    check_export_is_one_state,
     check_import_merges,
     check_runs,
     check_two_importers,
@@ -331,6 +333,12 @@ def test_two_processes_write_the_same_database(url: str, tmp_path: Path, fresh: 
 
 def test_two_processes_import_the_same_export(url: str, tmp_path: Path) -> None:
     check_two_importers(url, tmp_path, 300)
+
+
+def test_an_export_is_one_state_while_another_connection_removes_a_run(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """REPEATABLE READ: the pages of records, the runs and the workloads of one state."""
+    monkeypatch.setattr(history_io, "EXPORT_PAGE", 1)
+    check_export_is_one_state(url)
 
 
 def test_export_import_between_sqlite_and_postgres(tmp_path: Path, url: str) -> None:
