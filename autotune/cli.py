@@ -703,10 +703,6 @@ def cmd_history_export(args) -> int:
         if held >= EXPORT_SAYS_AT and not args.json:
             # on stderr: stdout may be the export; 100,000 records took half a minute, silent
             print(f"exporting {held:,} records", file=sys.stderr, flush=True)
-        if path != "-":  # what exports killed midway left there (autotune.compile)
-            from autotune.compile import remove_orphaned_temporaries
-
-            remove_orphaned_temporaries(Path(os.path.abspath(os.path.expanduser(path))).parent)
         try:
             n = export_json(store, sys.stdout if path == "-" else path)
             if path == "-":

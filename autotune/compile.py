@@ -21,7 +21,7 @@ from autotune.budget import DEFAULT_MIN_TRIALS
 from autotune.errors import AutotuneError
 from autotune.frontend import DEFAULT_BATCH_NORM
 from autotune.target import TargetSpec, other_architecture
-from autotune.history.location import TEMPORARY_NAME, temporary_beside
+from autotune.history.location import remove_orphaned_temporaries, temporary_beside
 from autotune.history.models import BASELINE_SPACE_PREFIX
 
 DEFAULT_SPACE_PREFIX = BASELINE_SPACE_PREFIX  # the name autotune and the benchmarks use
@@ -445,39 +445,6 @@ def _name_max(folder: Path) -> int:
         return os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):
         return 255
-
-
-#: Seconds a killed process's temporary file is left before it is removed: in a folder
-#: other hosts write to, a pid says nothing, and no write takes this long to finish.
-ORPHAN_AGE_S = 600.0
-
-
-def remove_orphaned_temporaries(parent: Path) -> list[str]:
-    """Remove the temporary files of :func:`~autotune.history.location.temporary_beside` in ``parent`` whose process
-    is gone: a tune or compile killed outright mid-export (SIGKILL, the OOM killer during
-    the link) left a 47 MB hidden module beside the output, for good. Returns the names."""
-    import time
-
-    from autotune.processes import pid_alive
-
-    removed = []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return removed
-    now = time.time()
-    for name in names:
-        found = TEMPORARY_NAME.match(name)
-        if found is None or int(found.group(1)) == os.getpid() or pid_alive(int(found.group(1))):
-            continue
-        path = parent / name
-        try:
-            if now - path.lstat().st_mtime >= ORPHAN_AGE_S:
-                path.unlink()
-                removed.append(name)
-        except OSError:
-            continue
-    return removed
 
 
 def make_parent(out: Path) -> Path:

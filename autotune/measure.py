@@ -134,7 +134,7 @@ def remove_orphaned_exports(parent: str | None = None) -> list[str]:
     16 workers) besides the candidates being timed. The next builder clears them. Folders
     of other hosts (a shared temporary directory) or of live processes are left alone.
     Returns the names removed."""
-    from autotune.processes import pid_alive
+    from autotune.history.processes import pid_alive
 
     parent = parent or tempfile.gettempdir()
     host = socket.gethostname()

@@ -8,7 +8,7 @@ import os
 import socket
 from typing import Any
 
-from autotune.processes import pid_alive
+from autotune.history.processes import pid_alive
 
 
 def _other_local_pid(run: dict[str, Any]) -> int | None:

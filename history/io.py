@@ -25,7 +25,7 @@ from sqlalchemy import insert, select, update
 
 from . import schema
 from .errors import HistoryError
-from .location import temporary_beside
+from .location import remove_orphaned_temporaries, temporary_beside
 from .models import (RECORD_STATUSES, RECORD_TIMINGS, RUN_STATUSES, TargetInfo, WorkloadInfo, canonical_json, sample_stats,
                      split_target_key)
 from .store import _PG_IMPORT_LOCK, HistoryStore
@@ -98,9 +98,10 @@ def export_json(
                            "or remove it first)")
     try:
         os.makedirs(directory, exist_ok=True)  # as `tune --out` and `compile -o` make theirs
+        remove_orphaned_temporaries(Path(directory))  # what exports killed midway left there
         # a name that says whose it is: killed mid-export (the whole export, now that it
         # streams), the file is removed by a later write to the folder once that process
-        # is gone (autotune.compile.remove_orphaned_temporaries); mode 0666 less the umask,
+        # is gone (remove_orphaned_temporaries above); mode 0666 less the umask,
         # as any new file (mkstemp's 0600 was chmod-ed: an export is meant to be shared)
         tmp = str(temporary_beside(Path(directory), ".json.tmp"))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

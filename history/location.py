@@ -116,6 +116,14 @@ def mask_url(url: str) -> str:
 
 #: The names of :func:`temporary_beside`: the pid of the process writing it.
 TEMPORARY_NAME = re.compile(r"\.autotune-(\d+)-[0-9a-f]{16}(\.|$)")
+#: Its names before they named the process (2026-12-05/06): no owner to ask after.
+UNOWNED_TEMPORARY_NAME = re.compile(r"\.autotune-[0-9a-f]{16}(\.|$)")
+
+#: Seconds a killed process's temporary file is left before it is removed: in a folder
+#: other hosts write to, a pid says nothing, and no write takes this long to finish.
+ORPHAN_AGE_S = 600.0
+#: Seconds an unowned (older autotune's) temporary file is left: a day.
+UNOWNED_AGE_S = 86400.0
 
 
 def temporary_beside(parent: Path, suffix: str) -> Path:
@@ -123,6 +131,41 @@ def temporary_beside(parent: Path, suffix: str) -> Path:
     over an output (an export, a module, a report). One built from the output's own name
     (and a pid and a uuid) went past the file-name limit for outputs of a legal length.
     It names the process, so that one killed mid-write leaves a file a later write to the
-    folder removes (:func:`autotune.compile.remove_orphaned_temporaries`). Here, in the
+    folder removes (:func:`remove_orphaned_temporaries`). Here, in the
     lowest layer, because history's exports write so too."""
     return parent / f".autotune-{os.getpid()}-{uuid.uuid4().hex[:16]}{suffix}"
+
+
+def remove_orphaned_temporaries(parent: Path) -> list[str]:
+    """Remove the temporary files of :func:`temporary_beside` in ``parent`` whose process
+    is gone: a tune or compile killed outright mid-export (SIGKILL, the OOM killer during
+    the link) left a 47 MB hidden module beside the output, for good. Those of an older
+    autotune, whose names say no process, go once a day old. Returns the names."""
+    import time
+
+    from .processes import pid_alive
+
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        found = TEMPORARY_NAME.match(name)
+        if found is not None:
+            if int(found.group(1)) == os.getpid() or pid_alive(int(found.group(1))):
+                continue
+            age = ORPHAN_AGE_S
+        elif UNOWNED_TEMPORARY_NAME.match(name):
+            age = UNOWNED_AGE_S
+        else:
+            continue
+        path = parent / name
+        try:
+            if now - path.lstat().st_mtime >= age:
+                path.unlink()
+                removed.append(name)
+        except OSError:
+            continue
+    return removed

@@ -152,7 +152,7 @@ def test_compile_says_when_a_tune_is_still_running_on_its_history(tmp_path, caps
     import socket
 
     from autotune.history import TargetInfo, open_history
-    from autotune.processes import pid_alive
+    from autotune.history.processes import pid_alive
 
     model, history = _two_inputs(tmp_path / "m.onnx"), str(tmp_path / "h.db")
     args = ["compile", str(model), "--target", "llvm", "--history", history, "-o", str(tmp_path / "m.so")]
@@ -578,7 +578,8 @@ def test_a_killed_writers_temporary_file_is_cleared_once_it_is_old(tmp_path) -> 
     import sys
     import time
 
-    from autotune.compile import ORPHAN_AGE_S, make_parent, temporary_beside
+    from autotune.compile import make_parent, temporary_beside
+    from autotune.history.location import ORPHAN_AGE_S, UNOWNED_AGE_S
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
     old = time.time() - ORPHAN_AGE_S - 5
@@ -586,9 +587,11 @@ def test_a_killed_writers_temporary_file_is_cleared_once_it_is_old(tmp_path) -> 
         f".autotune-{gone}-0123456789abcdef.so": old,  # its process gone, long unchanged: removed
         f".autotune-{gone}-0123456789abcdef.so.json": old,
         f".autotune-{gone}-fedcba9876543210.so": time.time(),  # just written: another host's, maybe
-        f".autotune-1-0123456789abcdef.so": old,  # a live process's (init)
+        ".autotune-1-0123456789abcdef.so": old,  # a live process's (init)
         ".autotune-notes": old,  # not ours
         "model.so": old,
+        ".autotune-0123456789abcdef.so": time.time() - UNOWNED_AGE_S - 5,  # an older autotune's, a day old: removed
+        ".autotune-fedcba9876543210.json.tmp": old,  # an older autotune's, ten minutes old: kept
     }
     for name, mtime in names.items():
         (tmp_path / name).write_text("x")
@@ -598,5 +601,5 @@ def test_a_killed_writers_temporary_file_is_cleared_once_it_is_old(tmp_path) -> 
     os.utime(mine, (old, old))
     assert mine.name.startswith(f".autotune-{os.getpid()}-")
     make_parent(tmp_path / "next.so")
-    kept = [n for n in names if not n.startswith(f".autotune-{gone}-0123")]
+    kept = [n for n in names if not n.startswith((f".autotune-{gone}-0123", ".autotune-0123"))]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, mine.name])

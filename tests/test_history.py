@@ -829,6 +829,21 @@ class _RemovesRunMidway:
             self.removed = True
 
 
+def test_an_export_clears_what_a_killed_export_left_beside_it(tmp_path: Path) -> None:
+    """From Python as from the CLI: a process killed mid-export left its hidden half file
+    for good, unless a later command wrote to the folder."""
+    from autotune.history.location import ORPHAN_AGE_S
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    left = tmp_path / f".autotune-{gone}-0123456789abcdef.json.tmp"
+    left.write_text('{"format": ')
+    old = time.time() - ORPHAN_AGE_S - 5
+    os.utime(left, (old, old))
+    with populated(tmp_path / "h.db") as store:
+        export_json(store, tmp_path / "e.json")
+    assert not left.exists() and (tmp_path / "e.json").exists()
+
+
 def populated_with_run(path: Path | str) -> HistoryStore:
     """:func:`populated`, its records of r1 written by a run of that name."""
     store = populated(path)

@@ -1,5 +1,6 @@
-"""Whether a process that left something behind (a run marked running, a build folder)
-is still there to own it."""
+"""Whether a process that left something behind (a run marked running, a build folder, a
+half-written export) is still there to own it. In history, the lowest layer, because its
+exports clear what killed ones left."""
 
 from __future__ import annotations
 
