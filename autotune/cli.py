@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     hsub = p.add_subparsers(dest="history_command", metavar="ACTION")
     p.set_defaults(help_of=p)  # with no ACTION: this command's help, not the top level's
     h = hsub.add_parser("ls", aliases=["list"], help="one line per layer and target: records, best latency")
+    h.add_argument("--target", help="only this target's layers (a key as `history ls` shows it)")
+    h.add_argument("--class", dest="op_class", metavar="CLASS",
+                   help="only layers of this op class (conv2d, dense, ...: the class column)")
+    h.add_argument("--model", help="only layers a tune of this model met (the models column)")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_ls)
@@ -462,7 +466,9 @@ def cmd_history_ls(args) -> int:
     from autotune.history import open_history
 
     with open_history(args.history, create=False, readonly=True) as store:
-        rows = store.summary()
+        _check_target(store, args.target)
+        rows = store.summary(args.target)
+        held = bool(rows)
         workloads = {w.key: w for w in store.workloads()}
         models: dict[str, set[str]] = {}
         for model, _, key in _run_layers(store):
@@ -472,11 +478,14 @@ def cmd_history_ls(args) -> int:
         r["layer"] = w.descriptor.get("name", "") if w else ""
         # which models' tunes met it: the layer name is the first model's alone
         r["models"] = sorted(models.get(r["workload_key"], ()))
+    rows = [r for r in rows if (args.op_class is None or r["op_class"] == args.op_class)
+            and (args.model is None or args.model in r["models"])]
     if args.json:
         print(json.dumps(rows))
         return 0
     if not rows:
-        print("history is empty")
+        # a filter that matches nothing is not an empty history
+        print("no layers in history match" if held else "history is empty")
         return 0
     # the target key whole (an H100's was cut to 'cuda:sm_90:NVIDIA-H100-80GB-')
     width = max(28, *(len(r["target_key"]) for r in rows))
@@ -486,6 +495,15 @@ def cmd_history_ls(args) -> int:
         print(f"{r['workload_key']:<26} {r['op_class']:<17} {r['layer'][:34]:<34} {r['target_key']:<{width}} {r['n_records']:>7} "
               f"{r['n_ok']:>5} {best:>10}  {','.join(r['models']) or '-'}")
     return 0
+
+
+def _check_target(store, target: str | None) -> None:
+    """A --target history does not hold is a typo, not "no records"."""
+    known = [t.key for t in store.targets()]
+    if target is not None and target not in known:
+        from autotune.errors import AutotuneError
+
+        raise AutotuneError(f"history holds no target {target!r}; it holds {', '.join(known) or 'none'}")
 
 
 def _run_layers(store) -> list[tuple[str, str, str]]:
@@ -631,11 +649,7 @@ def cmd_history_show(args) -> int:
     check_count(args.limit, "limit")
     with open_history(args.history, create=False, readonly=True) as store:
         key = _resolve_key(store, args.key)
-        known = [t.key for t in store.targets()]
-        if args.target is not None and args.target not in known:  # a typo read as "no records"
-            from autotune.errors import AutotuneError
-
-            raise AutotuneError(f"history holds no target {args.target!r}; it holds {', '.join(known) or 'none'}")
+        _check_target(store, args.target)
         recs = store.records(workload_key=key, target_key=args.target, status=args.status, last=args.limit)
         held = store.count_records(workload_key=key, target_key=args.target, status=args.status)
         w = store.workload(key)

@@ -532,7 +532,7 @@ def test_a_layer_name_given_in_part_says_which_layers_start_so(capsys, populated
 def test_a_layer_is_found_by_the_name_a_later_models_run_gave_it(capsys, populated_history):
     """History keeps the name a kernel had in the first model tuned with it; the same
     kernel in ResNet-50, by the name its tune printed, was "no layer is named so"."""
-    from autotune.history import open_history
+    from autotune.history import WorkloadInfo, open_history
 
     path, key = populated_history
     with open_history(path) as store:
@@ -550,6 +550,18 @@ def test_a_layer_is_found_by_the_name_a_later_models_run_gave_it(capsys, populat
     assert main(["history", "ls", "--history", path]) == 0
     header, *rows = capsys.readouterr().out.strip().splitlines()
     assert header.endswith("  models") and rows[0].endswith("  resnet50")
+    # and lists one model's, class's or target's layers alone
+    with open_history(path) as store:
+        store.register_workload(WorkloadInfo("dd" * 12, "inv-dense", "dense", {"name": "dense3"}, 1e3))
+        store.add_record(workload_key="dd" * 12, target_key="llvm:znver3:cpu", space_id="s", config={"i": 1},
+                         samples=[2e-3], status="ok")
+    for given, expected in (([], {key, "dd" * 12}), (["--model", "resnet50"], {key}), (["--class", "dense"], {"dd" * 12}),
+                            (["--target", "llvm:znver3:cpu", "--class", "dense"], {"dd" * 12}), (["--model", "vgg11"], set())):
+        assert main(["history", "ls", "--history", path, "--json", *given]) == 0
+        assert {r["workload_key"] for r in json.loads(capsys.readouterr().out)} == expected, given
+    assert main(["history", "ls", "--history", path, "--model", "vgg11"]) == 0
+    assert capsys.readouterr().out == "no layers in history match\n"
+    _user_error(capsys, ["history", "ls", "--history", path, "--target", "cuda:x"], contains=("history holds no target 'cuda:x'",))
 
 
 def test_run_given_a_modules_description_asks_for_the_module(capsys, env, dyn_model):
