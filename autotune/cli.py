@@ -912,7 +912,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with stopping_on_sigterm():
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        kept = "; measurements so far are kept in history" if args.command == "tune" else ""
+        started = getattr(sys.modules.get("autotune.tune"), "STARTED_RUNS", ())
+        kept = "; measurements so far are kept in history" if args.command == "tune" and started else ""
         if terminated():
             print(f"autotune: terminated (SIGTERM){kept}", file=sys.stderr)
             return 128 + signal.SIGTERM

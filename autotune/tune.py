@@ -163,6 +163,9 @@ MODEL_ROUNDS = 3
 #: runs, it is skipped with a note (:meth:`TuneSession._model_too_slow_to_time`).
 MODEL_RUNS_TIMED = 2 * MODEL_ROUNDS
 MODEL_TIMING_LIMIT_S = 120.0
+#: The runs this process started in history: an interrupted `autotune tune` says its
+#: measurements are kept only where a run had begun (stopped while loading, none was).
+STARTED_RUNS: list[str] = []
 
 
 class TuneSession:
@@ -321,6 +324,7 @@ class TuneSession:
                     # which autotune and TVM made its records: they travel with an export, a report does not
                     "versions": report["versions"]},
         )
+        STARTED_RUNS.append(self.run_id)
         status = "failed"
         outcomes: dict[str, dict[str, Any]] = {}
         open_: dict[str, _LayerTuning] = {}

@@ -1287,7 +1287,8 @@ def test_a_terminals_ctrl_c_while_the_build_workers_start_prints_one_line(env):
         os.killpg(proc.pid, signal.SIGKILL)
         raise
     assert proc.returncode == 130, err
-    assert err.strip().splitlines() == ["autotune: interrupted; measurements so far are kept in history"], err
+    # the workers start before the run does: nothing was measured, so nothing is said kept
+    assert err.strip().splitlines() == ["autotune: interrupted"], err
     assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
 
 
@@ -1364,8 +1365,10 @@ def test_ctrl_c_inside_tvm_stops_the_command(env, command, phase):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.returncode == 130, proc.stdout + proc.stderr
-    said = {"tune": "autotune: interrupted; measurements so far are kept in history", "compile": "autotune: interrupted"}
-    assert proc.stderr.strip().splitlines()[-1] == said[command]
+    # a tune stopped while its model loads has begun no run: there is nothing to keep
+    kept = command == "tune" and phase == "model timing"
+    said = "autotune: interrupted" + ("; measurements so far are kept in history" if kept else "")
+    assert proc.stderr.strip().splitlines()[-1] == said
     assert "Traceback" not in proc.stderr
     assert not out.exists()
     if phase == "model timing":  # at the tune's end: the run is marked killed, its trials kept
