@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import logging
 import os
@@ -735,13 +734,12 @@ def cmd_history_export(args) -> int:
 def cmd_history_import(args) -> int:
     from autotune.errors import AutotuneError
     from autotune.history import import_json, open_history
-    from autotune.history.io import read_export
 
     _lasting_history(args.history, "import")
     name = "standard input" if args.file == "-" else args.file
     if args.file != "-" and not Path(args.file).exists():
         raise AutotuneError(f"file not found: {args.file}")
-    from autotune.history.io import export_text
+    from autotune.history.io import export_text, read_export_text
 
     try:
         if args.file == "-":  # `history export - | history import -`
@@ -751,9 +749,10 @@ def cmd_history_import(args) -> int:
     except OSError as err:
         raise AutotuneError(f"cannot read {name}: {err.strerror or err}") from None
     text = export_text(data, name)  # gzip, a byte-order mark, or a database given by mistake
-    source = io.StringIO(text)
-    source.name = name
-    export = read_export(source)  # checked whole before the history is even opened: a bad file changes no byte of it
+    del data
+    # checked whole before the history is even opened: a bad file changes no byte of it
+    export = read_export_text(text, name)
+    del text
     _check_import_references(args.history, export)
     with open_history(args.history) as store:
         counts = import_json(store, export)

@@ -453,7 +453,7 @@ def _parse_run(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _parse(doc: Any) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[str, Any]], list[dict[str, Any]]]:
+def _parse(doc: Any, *, consume: bool = False) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[str, Any]], list[dict[str, Any]]]:
     if not isinstance(doc, dict):
         raise _Invalid(f"expected a JSON object at top level, got {type(doc).__name__}")
     if doc.get("format") != FORMAT:
@@ -463,7 +463,12 @@ def _parse(doc: Any) -> tuple[list[TargetInfo], list[WorkloadInfo], list[dict[st
         raise _Invalid(f"unsupported version {version!r} (this autotune reads version {VERSION})")
     targets = [_parse_target(t, f"targets[{i}]") for i, t in enumerate(_items(doc, "targets"))]
     workloads = [_parse_workload(w, f"workloads[{i}]") for i, w in enumerate(_items(doc, "workloads"))]
-    records = [_parse_record(r, f"records[{i}]") for i, r in enumerate(_items(doc, "records"))]
+    raw = _items(doc, "records")
+    records = []
+    for i in range(len(raw)):
+        records.append(_parse_record(raw[i], f"records[{i}]"))
+        if consume:  # each raw record let go once parsed: the two lists were held whole at once
+            raw[i] = None
     runs = [_parse_run(r, f"runs[{i}]") for i, r in enumerate(_items(doc, "runs"))] if "runs" in doc else []
     return targets, workloads, records, runs
 
@@ -497,6 +502,12 @@ def read_export(fp_or_path: str | os.PathLike[str] | IO[str]) -> Export:
             raise HistoryError(f"cannot read history import {name}: {exc.strerror or exc}") from None
     if isinstance(text, bytes):
         text = export_text(text, name)
+    return read_export_text(text, name)
+
+
+def read_export_text(text: str, name: str) -> Export:
+    """:func:`read_export` of the text in hand (the CLI's, read from a file or standard
+    input): a stream of it held the text a second time."""
 
     def _reject_constant(token: str) -> Any:
         raise ValueError(f"{token} is not valid JSON")
@@ -508,7 +519,7 @@ def read_export(fp_or_path: str | os.PathLike[str] | IO[str]) -> Export:
     except RecursionError:  # 100,000 nested brackets: the decoder's traceback, 23 lines
         raise HistoryError(f"cannot import {name}: nested too deep to be a history export") from None
     try:
-        return Export(name, *_parse(doc))
+        return Export(name, *_parse(doc, consume=True))  # a document of our own, read from the text
     except _Invalid as exc:
         raise HistoryError(f"cannot import {name}: {exc}; nothing was imported") from None
 
@@ -568,7 +579,6 @@ def import_json(
             counts["workloads_added"] += store._workload_id_created(conn, workload)[1]
         target_ids: dict[str, int] = {}
         workload_ids: dict[str, int] = {}
-        rows: list[dict[str, Any]] = []
         for i, rec in enumerate(records):
             try:
                 if rec["workload_key"] not in workload_ids:
@@ -577,6 +587,13 @@ def import_json(
                     target_ids[rec["target_key"]] = store._target_id(conn, rec["target_key"])
             except HistoryError as exc:
                 raise HistoryError(f"cannot import {name}: records[{i}]: {exc}; nothing was imported") from None
+        # Duplicates found in one read of what history holds of these workloads, and the
+        # rest inserted in batches as they are made: a query and an insert per record took
+        # 226 s for an export of 120,000 records, and every row made first held them all.
+        held = _record_identities(conn, sorted(set(workload_ids.values())))
+        batch: list[dict[str, Any]] = []
+        run_ids: set[str] = set()
+        for i, rec in enumerate(records):
             try:
                 values = store._record_values(
                     space_id=rec["space_id"],
@@ -596,28 +613,26 @@ def import_json(
                 raise HistoryError(f"cannot import {name}: records[{i}]: {exc}; nothing was imported") from None
             values["workload_id"] = workload_ids[rec["workload_key"]]
             values["target_id"] = target_ids[rec["target_key"]]
-            rows.append(values)
-        # Duplicates found in one read of what history holds of these workloads, and the
-        # rest inserted in batches: a query and an insert per record took 226 s for an
-        # export of 120,000 records.
-        held = _record_identities(conn, sorted(set(workload_ids.values())))
-        fresh: list[dict[str, Any]] = []
-        for values in rows:
             identity = _identity(values)
             if identity in held:
                 counts["skipped"] += 1
                 continue
             held.add(identity)
-            fresh.append(values)
-        for start in range(0, len(fresh), _INSERT_BATCH):
-            conn.execute(insert(r), fresh[start:start + _INSERT_BATCH])
-        counts["added"] = len(fresh)
+            if values.get("run_id"):
+                run_ids.add(values["run_id"])
+            batch.append(values)
+            counts["added"] += 1
+            if len(batch) == _INSERT_BATCH:
+                conn.execute(insert(r), batch)
+                batch = []
+        if batch:
+            conn.execute(insert(r), batch)
         counts["runs_added"] = _import_runs(store, conn, name, export.runs)
     # A file exported before runs travelled (2026-11-27) carries none: its records came
     # in, and `history runs`, `history rm` and compile's batch-norm hint knew nothing of
     # them, unsaid.
     # (each run looked up by id: store.runs() counts every run's records, a pass over history)
-    unknown = sum(1 for run_id in {values["run_id"] for values in fresh if values.get("run_id")} if store.run(run_id) is None)
+    unknown = sum(1 for run_id in run_ids if store.run(run_id) is None)
     if unknown:
         counts["runs_unknown"] = unknown
     return counts
