@@ -900,6 +900,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):  # a usage error: its help goes to standard error, not into a script's data
         getattr(args, "help_of", parser).print_help(sys.stderr)
         return EXIT_USAGE
+    from autotune.output_encoding import make_printable
+
+    make_printable()  # an ASCII standard output raised UnicodeEncodeError at the table, after the tune
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # every relative path, and MLflow's import, failed with a traceback
+        print("autotune: error: the current directory no longer exists (removed while this shell was in it): cd to "
+              "another and run the command again", file=sys.stderr)
+        return EXIT_USAGE
     from autotune.errors import stopping_on_sigterm, terminated
 
     # SQLAlchemy's pool logs a connection it could not close (a second Ctrl-C landing in
@@ -938,6 +947,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             # one line, whatever a file name in it holds (a newline split it in two)
             line = line.replace("\r", "\\r").replace("\n", "\\n")
             print(f"autotune: error: {line}", file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(err, UnicodeError) and not sys.getfilesystemencoding().lower().startswith("utf"):
+            # a C locale with UTF-8 mode off: a non-ASCII file name reaches the database
+            # URL, MLflow and TVM as text they cannot encode (a traceback, from urllib)
+            print(f"autotune: error: a name here is not {sys.getfilesystemencoding()}, this locale's encoding for file "
+                  f"names ({err.reason}): run in a UTF-8 locale (LANG=C.UTF-8) or with PYTHONUTF8=1", file=sys.stderr)
             return EXIT_USAGE
         raise
 

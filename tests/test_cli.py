@@ -1761,3 +1761,46 @@ def test_seeded_8_bit_inputs_span_their_range_and_check_conclusively(capsys, env
     assert main(["run", "dq.so", "--check", "dq.onnx", "--repeat", "1", "--json"]) == 0
     check = json.loads(capsys.readouterr().out)["check"]
     assert check["ok"] and check["conclusive"]
+
+
+def _cli(*argv: str, cwd=None, **env_vars: str) -> subprocess.CompletedProcess:
+    """``python -m autotune ARGV`` in a process of its own, with these environment variables set."""
+    return subprocess.run([sys.executable, "-m", "autotune", *argv], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **env_vars}, encoding="utf-8", errors="replace", timeout=300)
+
+
+def test_an_ascii_standard_output_gets_ascii_tables_and_escaped_names(env):
+    """On an ASCII standard output the table's box characters raised UnicodeEncodeError
+    after a whole tune (its run finished, its module written, the "report:" line lost)."""
+    proc = _cli("layers", "dqn", PYTHONIOENCODING="ascii")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.isascii() and proc.stdout.startswith("+---") and "| fused_conv2d_add_relu" in proc.stdout
+    folder = env / "dír ü 空"
+    proc = _cli("zoo", "export", "dqn", "-o", str(folder / "m.onnx"), PYTHONIOENCODING="ascii")
+    assert proc.returncode == 0, proc.stderr
+    assert (folder / "m.onnx").exists() and "d\\xedr \\xfc \\u7a7a" in proc.stdout  # the name, escaped
+    proc = _cli("layers", "dqn")  # a UTF-8 one keeps its box characters
+    assert proc.returncode == 0 and proc.stdout.startswith("┏")
+
+
+def test_a_removed_working_directory_is_one_line(env):
+    gone = env / "gone"
+    gone.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", "import os, sys; os.chdir(sys.argv[1]); print('in', flush=True); "
+                             "sys.stdin.readline(); from autotune.cli import main; "
+                             "sys.exit(main(['history', 'ls', '--history', 'h.db']))",
+                             str(gone)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "in\n"
+    gone.rmdir()
+    _, err = proc.communicate("\n", timeout=120)
+    assert proc.returncode == 2 and err.strip().splitlines() == [
+        "autotune: error: the current directory no longer exists (removed while this shell was in it): cd to another "
+        "and run the command again"], err
+
+
+def test_a_name_the_locale_cannot_encode_is_one_line(env):
+    """A C locale with Python's UTF-8 mode off: a non-ASCII history path failed in urllib."""
+    proc = _cli("history", "ls", "--history", str(env / "dír" / "h.db"), LC_ALL="C", PYTHONUTF8="0",
+                PYTHONIOENCODING="")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("run in a UTF-8 locale (LANG=C.UTF-8) or with PYTHONUTF8=1")
