@@ -335,12 +335,13 @@ def run(
         raise OptionError(f"{{inputs}} must be a dict of arrays by input name ({names}) or an .npz file, got "
                           f"{type(inputs).__name__}", "inputs")
     if save_outputs is not None:
-        from autotune.compile import check_not_an_input, check_output_path
+        from autotune.compile import check_not_an_input, check_output_path, check_replaceable
 
-        check_output_path(save_outputs)  # before the run, not after it
+        out = check_output_path(save_outputs, replaceable=False)  # before the run, not after it
         given = [module, f"{module}.json", *([inputs] if isinstance(inputs, (str, os.PathLike)) else []),
                  *([check] if check is not None else [])]
         check_not_an_input(save_outputs, given)
+        check_replaceable(out, "npz")
     result = run_module(module, repeat=repeat, inputs=feed, meta=meta)
     result["inputs_from"] = source
     if casts:  # each input given in another dtype than the module takes, as numpy cast it

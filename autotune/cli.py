@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     z.set_defaults(func=cmd_zoo_list)
     z = zsub.add_parser("export", help="write a bundled model as ONNX")
     z.add_argument("name", help="a bundled model (see 'autotune zoo list')")
-    z.add_argument("-o", "--out", required=True, help="the ONNX file to write (missing directories are made)")
+    z.add_argument("-o", "--out", required=True,
+                   help="the ONNX file to write (missing directories are made), or - for standard output")
     z.add_argument("--size", type=int, help="input size: image side (CNNs), sequence length (transformer, seq2seq), frames (speech) or memories (memnet); default the model's own (see 'autotune zoo list')")
     z.add_argument("--batch-size", type=int, default=1, help="batch size (default 1)")
     z.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
@@ -445,6 +446,8 @@ def cmd_zoo_list(args) -> int:
 def cmd_zoo_export(args) -> int:
     from autotune import zoo
 
+    if args.out == "-":  # a file named "-" (47 MB for ResNet-18), where `history export -` means standard output
+        return _zoo_export_to_stdout(args)
     path = zoo.export_model(args.name, args.out, batch_size=args.batch_size, size=args.size, seed=args.seed, dtype=args.dtype)
     if args.json:
         import onnx
@@ -457,6 +460,22 @@ def cmd_zoo_export(args) -> int:
                           "seed": args.seed, "dtype": args.dtype}))
     else:
         print(f"wrote {path}")
+    return 0
+
+
+def _zoo_export_to_stdout(args) -> int:
+    """``zoo export NAME -o -``: the model's bytes on standard output, for a pipe."""
+    from autotune import zoo
+    from autotune.errors import AutotuneError
+
+    if args.json:
+        raise AutotuneError("--json with -o - : standard output carries the model itself")
+    if sys.stdout.isatty():
+        raise AutotuneError("not writing an ONNX model to a terminal: give -o FILE, or pipe standard output")
+    model = zoo.build_model(args.name, batch_size=args.batch_size, size=args.size, seed=args.seed, dtype=args.dtype)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(model.SerializeToString())
+    sys.stdout.buffer.flush()
     return 0
 
 
@@ -720,6 +739,8 @@ def cmd_history_export(args) -> int:
             n = export_json(store, sys.stdout if path == "-" else path)
             if path == "-":
                 sys.stdout.flush()  # a small export's failure came at exit, past any handler
+        except BrokenPipeError:  # `history export - | head`: the reader left, as for every other command
+            raise
         except OSError as err:  # standard output on a full disk (a file's failure is a HistoryError)
             from autotune.errors import AutotuneError
 

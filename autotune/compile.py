@@ -322,8 +322,44 @@ def _failing_kernel(mod, tvm_target) -> str | None:
     return None
 
 
-def check_output_path(out: str | os.PathLike) -> Path:
-    """Fail before any work when ``out`` could not be written.
+#: What an output of each kind may replace where a file is there already: an earlier
+#: output of its kind (by its first bytes) or an empty file. ``zoo export -o`` and
+#: ``run --save-outputs`` wrote over the history database, ``zoo export`` over a module.
+OUTPUT_KINDS: dict[str, tuple[str, tuple[bytes, ...]]] = {
+    "module": ("a compiled module (a shared library)",
+               (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"MZ")),
+    "onnx": ("an ONNX model", (b"\x08",)),  # a ModelProto's first field, ir_version
+    "npz": ("saved outputs (.npz)", (b"PK\x03\x04", b"PK\x05\x06")),
+}
+
+
+def check_replaceable(out: Path, kind: str | None) -> None:
+    """Refuse to replace a SQLite database (a history, an MLflow store, anyone's) with any
+    output, and a file of another kind with one of ``kind``'s (:data:`OUTPUT_KINDS`). A
+    symlink is replaced itself, its target kept (:func:`write_atomically`): nothing to refuse."""
+    if os.path.islink(out):
+        return
+    try:
+        with open(out, "rb") as fh:
+            head = fh.read(16)
+    except OSError:  # none there (or a folder, or unreadable: said where it is written)
+        return
+    if not head:
+        return
+    if head.startswith(b"SQLite format 3\x00"):
+        raise AutotuneError(f"cannot write {out}: it is a SQLite database (a history or an MLflow store?): give the "
+                            "output another name")
+    if kind is not None:
+        what, magics = OUTPUT_KINDS[kind]
+        if not head.startswith(magics):
+            raise AutotuneError(f"cannot write {out}: a file is there that is not {what}, as an earlier output "
+                                "would be: remove it first, or give another name")
+
+
+def check_output_path(out: str | os.PathLike, kind: str | None = None, *, replaceable: bool = True) -> Path:
+    """Fail before any work when ``out`` could not be written, or would replace what is
+    not an earlier output of ``kind`` (:func:`check_replaceable`; ``replaceable=False``
+    leaves that to a caller that checks its inputs first, whose message is the clearer).
 
     Missing parent directories are fine (they are made when the file is written, as
     ``zoo export`` does): what must hold is that the nearest existing one is a directory
@@ -349,6 +385,8 @@ def check_output_path(out: str | os.PathLike) -> Path:
         raise AutotuneError(f"cannot write {out}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise AutotuneError(f"cannot write {out}: directory {ancestor} is not writable")
+    if replaceable:
+        check_replaceable(out, kind)
     _probe_writable(out, ancestor)
     return out
 
@@ -366,7 +404,7 @@ def check_module_path(out: str | os.PathLike, *, inputs: Sequence[str | os.PathL
     tune went on writing through its open connection into the module's bytes)."""
     if history is not None:
         check_not_history(out, history)
-    out = check_output_path(out)
+    out = check_output_path(out, replaceable=False)
     name = out.name.lower()
     wrong = next((s for s in _NOT_A_LIBRARY if name.endswith(s)), None)
     if wrong:
@@ -374,6 +412,7 @@ def check_module_path(out: str | os.PathLike, *, inputs: Sequence[str | os.PathL
                             f"(the module is one, for `autotune run` or tvm.runtime.load_module): give e.g. "
                             f"{out.name[: -len(wrong)] or 'model'}.so")
     check_not_an_input(out, inputs)
+    check_replaceable(out, "module")
     return out
 
 
@@ -498,7 +537,7 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
 
     ``fpack_imports`` replaces how the imported modules are linked in (see
     ``device_code.fatbin_packer``); ``cc`` links (:func:`cross_linker`)."""
-    out = check_output_path(out)
+    out = check_output_path(out, "module")
     parent = make_parent(out)
     # a fresh name, not mkstemp's file: the linker kept its 0600 mode as 0711, a module
     # no other user could load (dlopen reads it)

@@ -180,7 +180,7 @@ def save_outputs(path: str | os.PathLike, outputs: list[np.ndarray], meta: dict[
     untyped two-byte records."""
     from autotune.compile import check_output_path, write_atomically
 
-    out = check_output_path(path)
+    out = check_output_path(path, "npz")
     names = output_names(meta, len(outputs))
     # np.savez adds ".npz" to a name without it: the temporary name keeps it
     arrays = [a.astype(np.float32) if a.dtype.name == "bfloat16" else a for a in outputs]

@@ -1804,3 +1804,62 @@ def test_a_name_the_locale_cannot_encode_is_one_line(env):
                 PYTHONIOENCODING="")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith("run in a UTF-8 locale (LANG=C.UTF-8) or with PYTHONUTF8=1")
+
+
+def test_no_output_replaces_a_database_or_a_file_of_another_kind(capsys, env, populated_history, dyn_model):
+    """From a helper's trial: ``zoo export -o`` and ``run --save-outputs`` wrote over the
+    history database (exit 0, every record gone), ``compile -o`` over the MLflow store
+    and any SQLite file, ``zoo export`` over a compiled module. An output replaces an
+    earlier output of its kind, an empty file, or nothing; a symlink is replaced itself."""
+    import shutil
+
+    path, _ = populated_history
+    copy = env / "copy.db"
+    shutil.copy(path, copy)
+    kept = {p: Path(p).read_bytes() for p in (path, copy)}
+    shape = ["--input-shape", "x=2x8", "--target", "llvm"]
+    for argv in (["zoo", "export", "dqn", "--size", "36", "-o", path], ["compile", dyn_model, *shape, "-o", str(copy)]):
+        _user_error(capsys, argv, contains=("it is a SQLite database",))
+    assert main(["compile", dyn_model, *shape, "-o", "m.so"]) == 0
+    module = (env / "m.so").read_bytes()
+    for argv in (["run", "m.so", "--repeat", "1", "--save-outputs", path],
+                 ["run", "m.so", "--repeat", "1", "--save-outputs", str(copy)]):
+        _user_error(capsys, argv, contains=("it is a SQLite database",))
+    _user_error(capsys, ["zoo", "export", "dqn", "--size", "36", "-o", "m.so"], contains=("is not an ONNX model",))
+    (env / "notes.so").write_text("my notes")
+    _user_error(capsys, ["compile", dyn_model, *shape, "-o", "notes.so"], contains=("is not a compiled module",))
+    assert main(["run", "m.so", "--repeat", "1", "--save-outputs", "y.npz"]) == 0
+    _user_error(capsys, ["zoo", "export", "dqn", "--size", "36", "-o", "y.npz"], contains=("is not an ONNX model",))
+    assert {p: Path(p).read_bytes() for p in kept} == kept and (env / "m.so").read_bytes() == module
+    assert (env / "notes.so").read_text() == "my notes"
+    # its own kind again, an empty file, a link: replaced
+    (env / "empty.onnx").touch()
+    for argv in (["compile", dyn_model, *shape, "-o", "m.so"], ["run", "m.so", "--repeat", "1", "--save-outputs", "y.npz"],
+                 ["zoo", "export", "dqn", "--size", "36", "-o", "empty.onnx"],
+                 ["zoo", "export", "dqn", "--size", "36", "-o", "empty.onnx"]):
+        assert main(argv) == 0, argv
+    (env / "link.onnx").symlink_to(copy)
+    assert main(["zoo", "export", "dqn", "--size", "36", "-o", "link.onnx"]) == 0
+    assert not (env / "link.onnx").is_symlink() and copy.read_bytes() == kept[copy]
+
+
+def test_zoo_export_to_standard_output_and_a_closed_pipe(env, populated_history):
+    """``zoo export -o -`` wrote a file named "-"; ``history export - | head`` said
+    "Broken pipe" in an error line, where every other command leaves quietly."""
+    proc = subprocess.run([sys.executable, "-m", "autotune", "zoo", "export", "dqn", "--size", "36", "-o", "-"],
+                          capture_output=True, timeout=300, cwd=env)
+    assert proc.returncode == 0 and not (env / "-").exists(), proc.stderr
+    assert onnx.load_from_string(proc.stdout).graph.input[0].name == "input"
+    path, key = populated_history
+    from autotune.history import open_history
+
+    with open_history(path) as store:  # more than a pipe holds
+        for i in range(600):
+            store.add_record(workload_key=key, target_key="llvm:znver3:cpu", space_id="s", config={"i": 100 + i},
+                             samples=[1e-3], status="ok")
+    reader = subprocess.Popen([sys.executable, "-m", "autotune", "history", "export", "-", "--history", path],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout.read(100)
+    reader.stdout.close()
+    err = reader.stderr.read().decode()
+    assert reader.wait(timeout=120) == 128 + signal.SIGPIPE and err == "", err

@@ -220,6 +220,6 @@ def export_model(
     """
     from autotune.compile import check_output_path, write_atomically
 
-    target = check_output_path(path)
+    target = check_output_path(path, "onnx")
     model = build_model(name, batch_size=batch_size, size=size, seed=seed, dtype=dtype)
     return write_atomically(target, lambda tmp: onnx.save(model, tmp))
