@@ -630,10 +630,9 @@ def _check_model_size(size: int | None, batch_size: int | None) -> None:
 
 def _history_exists(location: str | None) -> bool:
     """compile reads history if there is one; a missing default file means 'no history'."""
-    from autotune.history.location import resolve_location, sqlite_file
+    from autotune.history.location import no_history_yet
 
-    path = sqlite_file(resolve_location(location))
-    return path is None or path.exists() or location is not None
+    return not no_history_yet(location)
 
 
 def _write_decomposition(model_layers, out_dir: Path) -> list[Path]:

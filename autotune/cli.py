@@ -483,14 +483,17 @@ def cmd_history_ls(args) -> int:
     from autotune.progress import format_latency
     from autotune.history import open_history
 
-    with open_history(args.history, create=False, readonly=True) as store:
-        _check_target(store, args.target)
-        rows = store.summary(args.target)
-        held = bool(rows)
-        workloads = {w.key: w for w in store.workloads()}
-        models: dict[str, set[str]] = {}
-        for model, _, key in _run_layers(store):
-            models.setdefault(key, set()).add(model)
+    from autotune.history.location import no_history_yet
+
+    rows, workloads, models = [], {}, {}
+    if not no_history_yet(args.history):  # before the first tune: an empty listing, not an error
+        with open_history(args.history, create=False, readonly=True) as store:
+            _check_target(store, args.target)
+            rows = store.summary(args.target)
+            workloads = {w.key: w for w in store.workloads()}
+            for model, _, key in _run_layers(store):
+                models.setdefault(key, set()).add(model)
+    held = bool(rows)
     for r in rows:  # the layer name the text shows, in the JSON too
         w = workloads.get(r["workload_key"])
         r["layer"] = w.descriptor.get("name", "") if w else ""
@@ -543,8 +546,12 @@ def cmd_history_runs(args) -> int:
     from autotune.run_status import stale_run
     from autotune.history import open_history
 
-    with open_history(args.history, create=False, readonly=True) as store:
-        runs = store.runs()
+    from autotune.history.location import no_history_yet
+
+    runs = []
+    if not no_history_yet(args.history):  # before the first tune: no runs, not an error
+        with open_history(args.history, create=False, readonly=True) as store:
+            runs = store.runs()
     for run in runs:
         run["batch_norm"] = run_layering(run)  # runs from before the flag: separate
         if stale_run(run):  # as the next tune or `history rm` will record it

@@ -69,6 +69,16 @@ def sqlite_url(path: str | os.PathLike[str]) -> str:
     return "sqlite:///" + quote(os.fspath(path), safe="/")
 
 
+def no_history_yet(location: str | os.PathLike[str] | None) -> bool:
+    """Whether no history was named and the default one (``$AUTOTUNE_HISTORY`` or the
+    home's) is a file not made yet: no tune has run, so there is nothing to read, which
+    is no error (a history named outright and missing is a typo, said as such)."""
+    if location is not None:
+        return False
+    path = sqlite_file(resolve_location(None))
+    return path is not None and not path.exists()
+
+
 def sqlite_file(url: str) -> Path | None:
     """The file a ``sqlite:`` URL names, as the store opens it (``%XX`` decoded, ``~``
     expanded, relative to the working directory); None for a server or in-memory.

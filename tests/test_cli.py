@@ -1863,3 +1863,14 @@ def test_zoo_export_to_standard_output_and_a_closed_pipe(env, populated_history)
     reader.stdout.close()
     err = reader.stderr.read().decode()
     assert reader.wait(timeout=120) == 128 + signal.SIGPIPE and err == "", err
+
+
+def test_before_the_first_tune_history_lists_nothing(capsys, env, monkeypatch):
+    """A new user's first `history ls` was an error ("no history at ... (file does not
+    exist)"), where `compile` read the same missing history as none. A history named
+    outright and missing is still a typo, said so."""
+    monkeypatch.delenv("AUTOTUNE_HISTORY")
+    assert main(["history", "ls"]) == 0 and capsys.readouterr().out == "history is empty\n"
+    assert main(["history", "runs", "--json"]) == 0 and json.loads(capsys.readouterr().out) == []
+    assert not (env / "home" / ".autotune").exists()  # and made nothing
+    _user_error(capsys, ["history", "ls", "--history", "typo.db"], contains=("no history at", "typo.db"))
