@@ -184,8 +184,8 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
             check_output_dir(runs)
         except AutotuneError as err:
             why = str(err).split(": ", 1)[-1]
-            raise AutotuneError(f"cannot write run reports in {runs}: {why} (set AUTOTUNE_HOME to a folder this "
-                                "process may write, or give out_dir)") from None
+            raise OptionError(f"cannot write run reports in {runs}: {why} (set AUTOTUNE_HOME to a folder this "
+                              "process may write, or give {{out_dir}})", "out_dir") from None
     # The model, then MLflow, then history: a model that will not load, or a store MLflow
     # refuses, must not leave a new, empty history (or a failed MLflow run) behind
     loaded = load_layers(str(model), input_shapes=shapes, size=size, batch_size=batch_size, batch_norm=opts.batch_norm)

@@ -931,6 +931,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from autotune.output_encoding import make_printable
 
     make_printable()  # an ASCII standard output raised UnicodeEncodeError at the table, after the tune
+    from autotune.matplotlib_config import settle_matplotlib_config
+
+    settle_matplotlib_config()  # MLflow imports it too
     try:
         os.getcwd()
     except FileNotFoundError:  # every relative path, and MLflow's import, failed with a traceback

@@ -559,6 +559,9 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
     ``"tuners"`` dict (tuner -> list of curves, e.g. one per seed) one median curve per tuner with
     its min-max band. Uses the Agg canvas directly so no display or pyplot state is involved.
     """
+    from autotune.matplotlib_config import settle_matplotlib_config
+
+    settle_matplotlib_config()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

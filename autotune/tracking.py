@@ -131,14 +131,15 @@ def _fast_fail_http(uri: str) -> contextlib.AbstractContextManager[None]:
     return env_defaults(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
 
 
-def open_client(uri: str | None = None) -> tuple["MlflowClient", str]:
-    """An MlflowClient on the resolved store, created if local; AutotuneError if it cannot be opened."""
+def open_client(uri: str | None = None, *, writing: bool = False) -> tuple["MlflowClient", str]:
+    """An MlflowClient on the resolved store, created if local; AutotuneError if it cannot
+    be opened (``writing``: or written, as a tune's tracking does)."""
     resolved = resolve_tracking_uri(uri)
     # A tuner should not phone home; users can still opt in by setting the variable to false.
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     db = _sqlite_path(resolved)
     if db is not None:
-        _check_sqlite_store(db, resolved)
+        _check_sqlite_store(db, resolved, writing=writing)
     try:
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -156,9 +157,11 @@ def open_client(uri: str | None = None) -> tuple["MlflowClient", str]:
     return client, resolved
 
 
-def _check_sqlite_store(db: Path, uri: str) -> None:
+def _check_sqlite_store(db: Path, uri: str, *, writing: bool = False) -> None:
     """An SQLite store MLflow cannot open, said in a line at once: MLflow retried one that
-    is a directory, or in /proc, for about 105 s before its error."""
+    is a directory, or in /proc, for about 105 s before its error. One a tune would write
+    and cannot (a read-only file or folder) is refused before the tune, too: it failed at
+    the run's start with SQLAlchemy's words on autoflush, a new history made meanwhile."""
     import sqlite3
 
     from autotune.compile import check_output_path
@@ -171,6 +174,12 @@ def _check_sqlite_store(db: Path, uri: str) -> None:
             raise AutotuneError(f"{db} is not a file")
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             conn.execute("pragma schema_version")
+        if writing:
+            unwritable = next((p for p in (db, db.parent) if not os.access(p, os.W_OK)), None)
+            if unwritable is not None:
+                what = "the file" if unwritable == db else f"its folder {unwritable}"
+                raise AutotuneError(f"{what} is read-only, and a tune writes its run there: name another store, or "
+                                    "tune without MLflow tracking")
     except (AutotuneError, sqlite3.Error) as err:
         raise AutotuneError(f"cannot open MLflow tracking store {uri}: {err}") from None
 
@@ -324,7 +333,7 @@ class MlflowTracker(Tracker):
     enabled = True
 
     def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> None:
-        self._client, self.uri = open_client(uri)
+        self._client, self.uri = open_client(uri, writing=True)
         self.experiment = experiment
         self._lock = threading.RLock()
         self._parent: str | None = None

@@ -21,7 +21,22 @@ def autotune_home() -> str:
     Defined here, in the lowest layer, so history, MLflow store, run reports and caches
     all move together when the variable is set.
     """
-    return os.path.expanduser(os.environ.get(HOME_ENV_VAR, "").strip() or os.path.join("~", ".autotune"))
+    given = os.environ.get(HOME_ENV_VAR, "").strip()
+    # absolute: a relative HOME or AUTOTUNE_HOME was shown as given, beside absolute paths under it
+    return os.path.abspath(os.path.expanduser(given) if given else os.path.join(user_home(), ".autotune"))
+
+
+def user_home() -> str:
+    """``~``, where a HOME set empty counts as unset: expanded, it put the state of a
+    tune run as root in ``/.autotune``. The account's home then, as with HOME unset."""
+    if os.environ.get("HOME") == "":
+        try:
+            import pwd
+
+            return pwd.getpwuid(os.getuid()).pw_dir
+        except (ImportError, KeyError):  # no account database (Windows): as Python would
+            pass
+    return os.path.expanduser("~")
 
 
 def is_url(location: str) -> bool:

@@ -7,7 +7,9 @@ paths print parseable JSON / loadable files; ``import autotune.cli`` stays light
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -1874,3 +1876,39 @@ def test_before_the_first_tune_history_lists_nothing(capsys, env, monkeypatch):
     assert main(["history", "runs", "--json"]) == 0 and json.loads(capsys.readouterr().out) == []
     assert not (env / "home" / ".autotune").exists()  # and made nothing
     _user_error(capsys, ["history", "ls", "--history", "typo.db"], contains=("no history at", "typo.db"))
+
+
+_NO_OVERRIDE = ["setpriv", "--inh-caps=-dac_override,-dac_read_search,-fowner",
+                "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="setpriv drops root's override of file modes")
+def test_a_read_only_home_and_mlflow_store(env):
+    """From a helper's trial: a read-only MLflow store failed at the run's start, in
+    SQLAlchemy's words on autoflush, after a new history was made; under a read-only HOME
+    matplotlib warned in two lines on every tune, --quiet or not."""
+    import sqlite3
+
+    store = env / "ro" / "ml.db"
+    store.parent.mkdir()
+    with contextlib.closing(sqlite3.connect(store)) as conn:
+        conn.execute("create table t (x)")
+        conn.commit()
+    store.chmod(0o444)
+    home = env / "rohome"
+    home.mkdir(mode=0o555)
+    run_env = {**os.environ, "HOME": str(home), "AUTOTUNE_HOME": str(env / "state")}
+    run_env.pop("MPLCONFIGDIR", None)
+    if subprocess.run([*_NO_OVERRIDE, "test", "-w", str(store)], env=run_env).returncode == 0:
+        pytest.skip("the file stays writable here")
+    common = ["dqn", "--size", "36", "--trials", "1", "--target", "llvm", "--history", str(env / "h.db"), "--quiet",
+              "--no-verify", "--no-model-latency"]
+    proc = subprocess.run([*_NO_OVERRIDE, sys.executable, "-m", "autotune", "tune", *common, "--mlflow-uri", str(store)],
+                          capture_output=True, text=True, env=run_env, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"autotune: error: cannot open MLflow tracking store sqlite:///{store}: the file is read-only, and a tune "
+        "writes its run there: name another store, or tune without MLflow tracking"], proc.stderr
+    assert not (env / "h.db").exists()
+    proc = subprocess.run([*_NO_OVERRIDE, sys.executable, "-m", "autotune", "tune", *common, "--no-mlflow"],
+                          capture_output=True, text=True, env=run_env, timeout=600)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr

@@ -1413,3 +1413,19 @@ def test_an_export_replaces_only_an_earlier_export_and_a_database_is_no_export(t
             import_json(dst, model)
         with pytest.raises(HistoryError, match="cannot import a list"):
             import_json(dst, [1, 2])  # type: ignore[arg-type]
+
+
+def test_an_empty_or_relative_home_puts_state_in_the_accounts_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME set empty put a root tune's history, MLflow store and reports in /.autotune."""
+    import pwd
+
+    from autotune.history.location import autotune_home
+
+    monkeypatch.delenv("AUTOTUNE_HOME", raising=False)
+    monkeypatch.setenv("HOME", "")
+    assert autotune_home() == os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".autotune")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", "rel")
+    assert autotune_home() == str(tmp_path / "rel" / ".autotune")
+    monkeypatch.setenv("AUTOTUNE_HOME", "state")
+    assert autotune_home() == str(tmp_path / "state")
