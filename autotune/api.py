@@ -205,6 +205,10 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
                 from autotune.report import remember_report_dir
 
                 remember_report_dir(session.run_id, report_dir)
+                # and in history: where the home's runs folder cannot be written, the
+                # pointer above is not, and `report RUN` found no report (a helper's trial)
+                summary = dict((store.run(session.run_id) or {}).get("summary") or {})
+                store.save_run_summary(session.run_id, {**summary, "report_dir": str(report_dir)})
             for path in _write_decomposition(session.decomposition, report_dir):
                 tracker.log_artifact(str(path))
             if out is not None:

@@ -769,6 +769,30 @@ def _history_run_ids(prefix: str, history: str | None) -> list[str]:
         return []
 
 
+def _report_history_names(run_id: str, history: str | None) -> Path | None:
+    """The report.json a run's history entry says its ``--out-dir`` holds, where it does:
+    the pointer in the home's runs folder is not written where that folder cannot be."""
+    from autotune.history import HistoryError, open_history
+    from autotune.history.location import no_history_yet
+
+    if no_history_yet(history):
+        return None
+    try:
+        with open_history(history, create=False, readonly=True) as store:
+            run = store.run(run_id)
+            if run is None:
+                found = [r for r in (store.run(i) for i in store.run_ids(run_id)) if r is not None]
+                run = found[0] if len(found) == 1 else None
+    except HistoryError:
+        return None
+    summary = run.get("summary") if run is not None else None
+    folder = summary.get("report_dir") if isinstance(summary, dict) else None
+    if not isinstance(folder, str):
+        return None
+    path = Path(folder) / REPORT_JSON
+    return path if path.is_file() else None
+
+
 def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
     """A run id tune gave that has no report anywhere: history knows the run (the runs
     table has every tune, with ``--no-mlflow`` too) and says why, where it holds it. A
@@ -846,7 +870,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
     run_id = str(run_id_or_dir).strip()
     if RUN_ID_PATTERN.fullmatch(run_id):
         _refuse_shared_prefix(run_id, history)
-        local = _local_report(run_id)
+        local = _local_report(run_id) or _report_history_names(run_id, history)
         if local is not None:
             return _read_report_file(local)
     from autotune.tracking import _fast_fail_http, _one_line, _quiet_mlflow, _sqlite_path, env_defaults, open_client, resolve_tracking_uri

@@ -862,6 +862,12 @@ def test_report_finds_a_run_whose_report_went_elsewhere_by_its_id_or_a_prefix(tm
         assert main(["report", given, "--out-dir", str(tmp_path / f"again-{given}"), "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["run_id"] == run_id and out["model_latency_before"] > 0 and out["rows"][0]["name"] == "fused_matmul_relu"
+    # where the home's runs folder could not be written, no pointer was left there: history says where
+    from autotune.report import REPORT_ELSEWHERE, run_dir
+
+    (run_dir(run_id) / REPORT_ELSEWHERE).unlink()
+    assert main(["report", run_id[:5], "--history", str(tmp_path / "h.db"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_id"] == run_id
 
 
 def test_a_reused_layer_reports_the_schedule_compile_applies_checked(tmp_path, capsys):
