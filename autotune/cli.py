@@ -274,7 +274,7 @@ def cmd_tune(args) -> int:
         # layers, as `report --json` gives them: the run's own JSON left them out
         print(json.dumps({"event": "report", **report, "rows": reporting.summary_rows(report)}, default=str))
     else:
-        print(reporting.format_table(report))
+        print(reporting.format_table(report, **_table_width()))
         if report.get("history_note"):
             print(f"note: {report['history_note']}")
         print(f"report: {report['report_dir']}" + (f"   mlflow run: {report['mlflow_run_id']}" if report.get("mlflow_run_id") else ""))
@@ -297,7 +297,7 @@ def cmd_layers(args) -> int:
     if args.json:
         print(json.dumps({**found, "layers": [l.to_dict() for l in layers]}))
     else:
-        print(decompose.format_table(layers))
+        print(decompose.format_table(layers, **_table_width()))
         tunable = sum(1 for l in layers if l.tunable)
         flops = sum(l.flops * l.occurrences for l in layers)
         # a small model is no 0.00 GFLOP, nor a tiny one 0.00 MFLOP
@@ -896,7 +896,7 @@ def cmd_report(args) -> int:
         print(json.dumps({**data, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths],
                           **({"files_not_written": unwritten} if unwritten else {})}, default=str))
     else:
-        print(reporting.format_table(data))
+        print(reporting.format_table(data, **_table_width()))
         if unwritten:
             print(f"its files not written: {unwritten} (give --out-dir)")
         else:
@@ -909,6 +909,17 @@ def _version() -> str:
     from autotune import __version__
 
     return __version__
+
+
+def _table_width() -> dict[str, int]:
+    """A terminal's width for the tables, where standard output is one: drawn 160 or 200
+    columns wide, their box lines wrapped into a garble on an 80-column terminal. A file
+    or pipe keeps the tables' own widths, the same on every machine."""
+    import shutil
+
+    if not sys.stdout.isatty():
+        return {}
+    return {"width": max(60, shutil.get_terminal_size().columns)}
 
 
 def _flag(option: str) -> str:

@@ -501,8 +501,8 @@ def _digest(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def format_table(layers: list[Layer]) -> str:
-    """Plain-text table for ``autotune layers``."""
+def format_table(layers: list[Layer], width: int = 200) -> str:
+    """Plain-text table for ``autotune layers`` (``width``: a terminal's, where it is one)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -524,7 +524,7 @@ def format_table(layers: list[Layer]) -> str:
             str(layer.occurrences),
             layer.workload_key[:10],
         )
-    console = Console(width=200, record=True, force_terminal=False)
+    console = Console(width=width, record=True, force_terminal=False)
     with console.capture() as cap:
         console.print(table)
     return cap.get()

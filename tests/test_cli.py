@@ -1912,3 +1912,34 @@ def test_a_read_only_home_and_mlflow_store(env):
     proc = subprocess.run([*_NO_OVERRIDE, sys.executable, "-m", "autotune", "tune", *common, "--no-mlflow"],
                           capture_output=True, text=True, env=run_env, timeout=600)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_tables_fit_the_terminal_they_are_drawn_on(env):
+    """`layers` drew 200 columns and the tune's table 160 whatever the terminal: on an
+    80-column one their box lines wrapped into a garble. A pipe keeps their own widths."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 80, 0, 0))
+    run_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "layers", "dqn"], stdout=follower, stderr=subprocess.PIPE,
+                            env=run_env, cwd=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the other end closed (EIO)
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    lines = b"".join(chunks).decode().splitlines()
+    assert lines and max(len(line) for line in lines) <= 80, max(len(line) for line in lines)
+    piped = _cli("layers", "dqn", cwd=env)
+    assert max(len(line) for line in piped.stdout.splitlines()) > 80
