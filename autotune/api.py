@@ -157,6 +157,7 @@ def _tune(model, *, target, history, out, out_dir, mlflow, mlflow_uri, mlflow_ex
                           "measurement with it; give a file or a database server", "history")
     opts = tune_options(**options)
     check_flag(mlflow, "mlflow")
+    _refuse_conflicts(options, mlflow=mlflow, mlflow_uri=mlflow_uri, mlflow_experiment=mlflow_experiment)
     if mlflow_experiment is not None and (not isinstance(mlflow_experiment, str) or not mlflow_experiment.strip()):
         raise OptionError(f"{{mlflow_experiment}} must be an experiment's name, got {quoted(mlflow_experiment)}", "mlflow_experiment")
     check_choice(progress, "progress", ("quiet", "rich", "json"))
@@ -316,6 +317,10 @@ def run(
 
     check_count(seed, "seed", zero_ok=True)
     check_count(repeat, "repeat")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and check is None:  # ignored, unsaid
+            raise OptionError(f"{{{name}}} is the tolerance of {{check}}, which is not given: give {{check}} MODEL too",
+                              name, "check")
     widen = rtol is None  # an rtol given is applied as given
     rtol = DEFAULT_RTOL if rtol is None else rtol
     atol = DEFAULT_ATOL if atol is None else atol
@@ -497,6 +502,27 @@ def _unknown_keywords(options: Mapping[str, Any], also: Sequence[str] = ()) -> t
     """(keywords that are no tune option, the names a caller takes: the options' and ``also``)."""
     unknown = sorted(set(options) - _TUNE_FIELDS - _MEASURE_FIELDS)
     return unknown, sorted((_TUNE_FIELDS | _MEASURE_FIELDS | set(also)) - {"measure"})
+
+
+def _refuse_conflicts(options: dict[str, Any], *, mlflow: bool, mlflow_uri: Any, mlflow_experiment: Any) -> None:
+    """Options given together where one undoes the other: the tune ran with one of them
+    ignored, unsaid (a helper's CLI walkthrough)."""
+    if not mlflow and (mlflow_uri is not None or mlflow_experiment is not None):
+        name = "mlflow_uri" if mlflow_uri is not None else "mlflow_experiment"
+        raise OptionError(f"{{{name}}} names where MLflow tracking goes, and tracking is off ({{mlflow}}): give one or "
+                          "the other", name, "mlflow")
+    tuner = options.get("tuner", "auto")
+    given = [name for name in ("high", "low") if name in options]
+    if tuner != "auto" and given:
+        raise OptionError(f"{{{given[0]}}} is a match score that chooses each layer's tuner, and {{tuner}} {tuner} "
+                          "chooses it for every layer: give one or the other", given[0], "tuner")
+    if options.get("probes") is False:
+        if tuner != "auto":
+            raise OptionError(f"{{probes}} turns off one-trial probes, which only {{tuner}} auto makes (not {tuner}): "
+                              "give one or the other", "probes", "tuner")
+        if options.get("budget_split") == "roofline":
+            raise OptionError("{probes} turns off the adaptive split's one-trial probes, and {budget_split} roofline "
+                              "makes none: give one or the other", "probes", "budget_split")
 
 
 def _check_history_creatable(history: str | os.PathLike | None) -> None:

@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         "budget cannot reach every layer (default: one trial first, the rest when trials remain; only with --tuner auto)",
     )
     p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time (of those history has no winner for)")
-    p.add_argument("--high", type=float, default=0.8, help="match score from which the guided GA is used (default 0.8)")
-    p.add_argument("--low", type=float, default=0.05, help="match score above which transfer XGBoost is used (default 0.05)")
+    # no argparse defaults: given alone, they meet --tuner (the API's defaults stand otherwise)
+    p.add_argument("--high", type=float, help="match score from which the guided GA is used (default 0.8; with --tuner auto)")
+    p.add_argument("--low", type=float, help="match score above which transfer XGBoost is used (default 0.05; with --tuner auto)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tuners' own draws (default 0); which configs a tuner "
                    "that learns from measurements proposes also follows the timings, which vary from run to run, and so "
                    "does which layer the adaptive budget split gives trials next (--budget-split roofline does not)")
@@ -266,7 +267,8 @@ def cmd_tune(args) -> int:
         size=args.size, batch_size=args.batch_size, progress=mode,
         trials=args.trials, tuner=args.tuner, batch=args.batch, seed=args.seed, min_trials=args.min_trials,
         max_layers=args.max_layers, verify=not args.no_verify, model_latency=not args.no_model_latency,
-        high=args.high, low=args.low, batch_norm=args.batch_norm, budget_split=args.budget_split, probes=args.probes,
+        **{name: getattr(args, name) for name in ("high", "low") if getattr(args, name) is not None},
+        batch_norm=args.batch_norm, budget_split=args.budget_split, probes=args.probes,
         repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=args.rpc, timing=args.timing, run_timeout=args.run_timeout,
     )
     if args.json:
@@ -928,7 +930,7 @@ def _flag(option: str) -> str:
 
 
 #: API options the CLI spells otherwise than by the rule
-_FLAGS = {"input_shapes": "--input-shape"}
+_FLAGS = {"input_shapes": "--input-shape", "mlflow": "--no-mlflow", "probes": "--no-probes"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

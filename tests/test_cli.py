@@ -1943,3 +1943,25 @@ def test_tables_fit_the_terminal_they_are_drawn_on(env):
     assert lines and max(len(line) for line in lines) <= 80, max(len(line) for line in lines)
     piped = _cli("layers", "dqn", cwd=env)
     assert max(len(line) for line in piped.stdout.splitlines()) > 80
+
+
+@pytest.mark.parametrize("given, said", [
+    (["--no-mlflow", "--mlflow-uri", "ml.db"], "--mlflow-uri names where MLflow tracking goes, and tracking is off (--no-mlflow)"),
+    (["--no-mlflow", "--mlflow-experiment", "x"], "--mlflow-experiment names where MLflow tracking goes"),
+    (["--tuner", "xgb", "--high", "0.5"], "--high is a match score that chooses each layer's tuner, and --tuner xgb"),
+    (["--tuner", "ga", "--low", "0.1"], "--low is a match score"),
+    (["--tuner", "random", "--no-probes"], "--no-probes turns off one-trial probes, which only --tuner auto makes"),
+    (["--budget-split", "roofline", "--no-probes"], "--no-probes turns off the adaptive split's one-trial probes, and "
+     "--budget-split roofline makes none"),
+])
+def test_options_that_undo_each_other_are_refused(capsys, env, given, said):
+    """From a helper's walkthrough: each pair ran with one of them ignored, unsaid."""
+    _user_error(capsys, _tune("--target", "llvm", *given), contains=(said, "give one or the other"))
+    assert not (env / "tune.db").exists() and not (env / "ml.db").exists()
+
+
+def test_a_tolerance_without_a_check_is_refused(capsys, env, dyn_model):
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "m.so"]) == 0
+    capsys.readouterr()
+    for flag in ("--rtol", "--atol"):
+        _user_error(capsys, ["run", "m.so", flag, "0.1"], contains=(f"{flag} is the tolerance of --check, which is not given",))
