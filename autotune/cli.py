@@ -966,6 +966,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         started = getattr(sys.modules.get("autotune.tune"), "STARTED_RUNS", ())
         kept = "; measurements so far are kept in history" if args.command == "tune" and started else ""
+        if args.command == "tune" and getattr(args, "json", False):
+            # the event stream's last line: it stopped with no word on standard output, as a crash does
+            print(json.dumps({"event": "terminated" if terminated() else "interrupted",
+                              "run_id": started[-1] if started else None}), flush=True)
         if terminated():
             print(f"autotune: terminated (SIGTERM){kept}", file=sys.stderr)
             return 128 + signal.SIGTERM

@@ -1210,7 +1210,7 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env, stop):
     proc = subprocess.Popen(
         [sys.executable, "-m", "autotune", "tune", "resnet18", "--size", "32", "--max-layers", "1", "--trials", "500",
          "--batch", "2", "--target", "llvm", "--history", str(history), "--no-mlflow", "--no-verify",
-         "--no-model-latency", "--quiet"],
+         "--no-model-latency", "--quiet", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
         # A shell starts background jobs with SIGINT ignored, and the ignore is inherited:
         # Python then never raises KeyboardInterrupt. Ctrl-C reaches a foreground tune.
@@ -1218,7 +1218,7 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env, stop):
     )
     seen = wait_for_records(proc, history, 4)
     proc.send_signal(getattr(signal, stop))
-    _, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143}[stop], err
     said = {"SIGINT": "interrupted", "SIGTERM": "terminated (SIGTERM)"}[stop]
     assert err.strip().splitlines()[-1] == f"autotune: {said}; measurements so far are kept in history"
@@ -1227,6 +1227,10 @@ def test_ctrl_c_mid_tune_keeps_what_was_measured(env, stop):
         assert db.execute("pragma integrity_check").fetchone() == ("ok",)
         assert db.execute("select count(*) from records").fetchone()[0] >= seen >= 4
         assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
+        # --json's stream ends in a word of it, not in silence as a crash does
+        (run_id,) = db.execute("select id from runs").fetchone()
+    assert json.loads(out.splitlines()[-1]) == {"event": {"SIGINT": "interrupted", "SIGTERM": "terminated"}[stop],
+                                                "run_id": run_id}
 
 
 def test_a_history_that_stops_taking_writes_is_said_by_the_first_write_that_failed(env):
@@ -1965,3 +1969,9 @@ def test_a_tolerance_without_a_check_is_refused(capsys, env, dyn_model):
     capsys.readouterr()
     for flag in ("--rtol", "--atol"):
         _user_error(capsys, ["run", "m.so", flag, "0.1"], contains=(f"{flag} is the tolerance of --check, which is not given",))
+
+
+def test_run_given_a_file_that_is_no_module_says_so(capsys, env):
+    """`run notes.json` said notes.json.json was missing, as if it were a module."""
+    (env / "notes.json").write_text("{}")
+    _user_error(capsys, ["run", "notes.json"], contains=("notes.json is not a compiled module",))
