@@ -31,8 +31,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, help="zoo models: batch size (default 1)")
     p.add_argument(
         "--batch-norm", choices=BATCH_NORM_LAYERINGS, default=DEFAULT_BATCH_NORM,
-        help=f"where inference batch norm runs: folded into the conv's weights, in its epilogue, or a kernel of its own "
-        f"(default {DEFAULT_BATCH_NORM}); tune and compile must agree, since it decides the layers",
+        help=f"where inference batch norm runs: weights (folded into the conv's weights), epilogue (in the conv's "
+        f"epilogue) or separate (a kernel of its own); default {DEFAULT_BATCH_NORM}. Tune and compile must agree, since "
+        "it decides the layers",
     )
 
 
@@ -41,11 +42,11 @@ def _history_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _target_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="auto", help="auto (cuda if a GPU is present, else llvm), llvm, cuda, cuda:sm_XX, or a JSON target dict")
+    p.add_argument("--target", default="auto", help="auto (cuda if a GPU is present, else llvm; the default), llvm, cuda, cuda:sm_XX, or a JSON target dict")
 
 
-def _json_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+def _json_arg(p: argparse.ArgumentParser, what: str = "print machine-readable JSON") -> None:
+    p.add_argument("--json", action="store_true", help=what)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     _target_arg(p)
     _history_arg(p)
     p.add_argument("--trials", type=int, default=64, help="measured trials for the whole model (default 64)")
-    p.add_argument("--tuner", default="auto", help="auto (by history match), random, xgb, tl_xgb, ga, gga; a tuner named "
+    p.add_argument("--tuner", default="auto", help="auto (by history match; the default), random, xgb, tl_xgb, ga, gga; a tuner named "
                    "tunes every layer history has no winner for (exact hits are still reused), with no one-trial probes")
     p.add_argument("--batch", type=int, default=8, help="configs built and measured per round (default 8)")
     p.add_argument("--min-trials", type=int, default=DEFAULT_MIN_TRIALS,
@@ -90,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="with the adaptive split, give a layer history covers closely a full first chunk even when the "
         "budget cannot reach every layer (default: one trial first, the rest when trials remain; only with --tuner auto)",
     )
-    p.add_argument("--max-layers", type=int, help="tune only the N layers with the largest estimated time (of those history has no winner for)")
+    p.add_argument("--max-layers", type=int, metavar="N", help="tune only the N layers with the largest estimated time (of those history has no winner for; "
+                   "default: every layer)")
     # no argparse defaults: given alone, they meet --tuner (the API's defaults stand otherwise)
     p.add_argument("--high", type=float, help="match score from which the guided GA is used (default 0.8; with --tuner auto)")
     p.add_argument("--low", type=float, help="match score above which transfer XGBoost is used (default 0.05; with --tuner auto)")
@@ -167,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--batch-size", type=int, default=1, help="batch size (default 1)")
     z.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     z.add_argument("--dtype", choices=ZOO_DTYPES, default="float32",
-                   help="float16 or bfloat16: weights rounded and every float tensor of that type, as a half-precision deployment runs it")
+                   help="float32 (the default), or float16 or bfloat16: weights rounded and every float tensor of that type, as a "
+                   "half-precision deployment runs it")
     _json_arg(z)
     z.set_defaults(func=cmd_zoo_export)
 
@@ -187,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(h)
     h.set_defaults(func=cmd_history_runs)
     h = hsub.add_parser("show", help="the records of one workload (key, unique prefix or layer name)")
-    h.add_argument("key", help="a workload key as `history ls` shows it, a unique prefix, or the layer name beside it")
+    h.add_argument("key", metavar="KEY", help="a workload key as `history ls` shows it, a unique prefix, or the layer name beside it")
     h.add_argument("--limit", type=int, default=50, help="the N most recent records (default 50; `history best KEY` gives the best)")
     h.add_argument("--target", help="only this target's records (a key as `history ls` shows it)")
     # history's statuses, written out: importing history here loads SQLAlchemy for every command
@@ -197,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(h)
     h.set_defaults(func=cmd_history_show)
     h = hsub.add_parser("best", help="the best record of one workload")
-    h.add_argument("key", help="a workload key as `history ls` shows it, a unique prefix, or the layer name beside it")
+    h.add_argument("key", metavar="KEY", help="a workload key as `history ls` shows it, a unique prefix, or the layer name beside it")
     _history_arg(h)
     _json_arg(h)
     h.set_defaults(func=cmd_history_best)
@@ -207,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("file", nargs="?", help="output JSON file, or - for stdout")
     out.add_argument("--out", "-o", help="the same, as an option")
     _history_arg(h)
-    _json_arg(h)
+    _json_arg(h, "say what was written as one JSON line: {\"records\": N, \"out\": PATH}")
     h.set_defaults(func=cmd_history_export)
     h = hsub.add_parser(
         "rm", aliases=["remove"], help="remove tuning runs and every record they wrote",
@@ -230,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_history_import)
 
     p = sub.add_parser("report", help="print a tuning run's summary again and write its plots")
-    p.add_argument("run", help="the run id tune printed, a run directory holding report.json, or an MLflow run id (its first 4 or more digits do)")
+    p.add_argument("run", metavar="RUN", help="the run id tune printed (or any prefix of it no other run shares), a run "
+                   "directory holding report.json, or an MLflow run id (its first 4 or more digits do)")
     p.add_argument("--mlflow-uri", help="the MLflow tracking URI the run is in (default $MLFLOW_TRACKING_URI or the local store in ~/.autotune)")
     p.add_argument("--out-dir", help="where to write the plot and CSV (default: none where the run's folder holds them, "
                    "else a folder named after the run)")
