@@ -333,18 +333,29 @@ OUTPUT_KINDS: dict[str, tuple[str, tuple[bytes, ...]]] = {
 }
 
 
+def file_head(path: str | os.PathLike, size: int = 16) -> bytes | None:
+    """The first ``size`` bytes of a file, which say what kind it is; None where it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError:
+        return None
+
+
+def is_module_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` starts as a shared library does (ELF, Mach-O, PE); unreadable: assumed so."""
+    head = file_head(path)
+    return head is None or head.startswith(OUTPUT_KINDS["module"][1])
+
+
 def check_replaceable(out: Path, kind: str | None) -> None:
     """Refuse to replace a SQLite database (a history, an MLflow store, anyone's) with any
     output, and a file of another kind with one of ``kind``'s (:data:`OUTPUT_KINDS`). A
     symlink is replaced itself, its target kept (:func:`write_atomically`): nothing to refuse."""
     if os.path.islink(out):
         return
-    try:
-        with open(out, "rb") as fh:
-            head = fh.read(16)
-    except OSError:  # none there (or a folder, or unreadable: said where it is written)
-        return
-    if not head:
+    head = file_head(out)
+    if not head:  # none there, empty (or a folder, or unreadable: said where it is written)
         return
     if head.startswith(b"SQLite format 3\x00"):
         raise AutotuneError(f"cannot write {out}: it is a SQLite database (a history or an MLflow store?): give the "

@@ -15,18 +15,6 @@ import numpy as np
 from autotune.errors import AutotuneError, first_line
 
 
-def _is_shared_library(path: Path) -> bool:
-    """Whether ``path`` starts as a shared library does (ELF, Mach-O, PE); unreadable: assumed so."""
-    from autotune.compile import OUTPUT_KINDS
-
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(16)
-    except OSError:
-        return True
-    return head.startswith(OUTPUT_KINDS["module"][1])
-
-
 def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
     from autotune.compile import sidecar
 
@@ -45,7 +33,9 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
         module = path.with_suffix("")
         if path.suffix == ".json" and sidecar(module) == path and module.exists():  # `run m.so.json`
             raise AutotuneError(f"{path} is the description of the module {module}: give the module itself")
-        if not _is_shared_library(path):  # `run notes.json` said notes.json.json was missing
+        from autotune.compile import is_module_file
+
+        if not is_module_file(path):  # `run notes.json` said notes.json.json was missing
             raise AutotuneError(f"{path} is not a compiled module (the shared library 'autotune compile -o' writes)")
         raise AutotuneError(f"{meta_path} is missing: it is written by 'autotune compile' next to the module")
     try:
