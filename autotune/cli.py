@@ -488,7 +488,6 @@ def _zoo_export_to_stdout(args) -> int:
 def cmd_history_ls(args) -> int:
     from autotune.progress import format_latency
     from autotune.history import open_history
-
     from autotune.history.location import no_history_yet
 
     rows, workloads, models = [], {}, {}
@@ -551,7 +550,6 @@ def cmd_history_runs(args) -> int:
     from autotune.layering_hint import run_layering
     from autotune.run_status import stale_run
     from autotune.history import open_history
-
     from autotune.history.location import no_history_yet
 
     runs = []
