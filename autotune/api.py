@@ -317,15 +317,15 @@ def run(
 
     check_count(seed, "seed", zero_ok=True)
     check_count(repeat, "repeat")
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and check is None:  # ignored, unsaid
-            raise OptionError(f"{{{name}}} is the tolerance of {{check}}, which is not given: give {{check}} MODEL too",
-                              name, "check")
     widen = rtol is None  # an rtol given is applied as given
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None:
+            check_count(value, name, zero_ok=True, integer=False)
+            if check is None:  # ignored, unsaid
+                raise OptionError(f"{{{name}}} is the tolerance of {{check}}, which is not given: give {{check}} MODEL "
+                                  "too", name, "check")
     rtol = DEFAULT_RTOL if rtol is None else rtol
     atol = DEFAULT_ATOL if atol is None else atol
-    check_count(rtol, "rtol", zero_ok=True, integer=False)
-    check_count(atol, "atol", zero_ok=True, integer=False)
     _check_path(module, "module", required=True)
     for name, value in (("check", check), ("save_outputs", save_outputs)):
         _check_path(value, name)
