@@ -915,6 +915,14 @@ def _version() -> str:
     return __version__
 
 
+def _working_directory_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
+
+
 def _table_width() -> dict[str, int]:
     """A terminal's width for the tables, where standard output is one: drawn 160 or 200
     columns wide, their box lines wrapped into a garble on an 80-column terminal. A file
@@ -949,12 +957,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from autotune.matplotlib_config import settle_matplotlib_config
 
     settle_matplotlib_config()  # MLflow imports it too
-    try:
-        os.getcwd()
-    except FileNotFoundError:  # every relative path, and MLflow's import, failed with a traceback
-        print("autotune: error: the current directory no longer exists (removed while this shell was in it): cd to "
-              "another and run the command again", file=sys.stderr)
-        return EXIT_USAGE
+    if os.environ.get("HOME") == "":  # `~` in a path went to / (history.location.user_home)
+        from autotune.history.location import user_home
+
+        os.environ["HOME"] = user_home()
     from autotune.errors import stopping_on_sigterm, terminated
 
     # SQLAlchemy's pool logs a connection it could not close (a second Ctrl-C landing in
@@ -970,8 +976,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         kept = "; measurements so far are kept in history" if args.command == "tune" and started else ""
         if args.command == "tune" and getattr(args, "json", False):
             # the event stream's last line: it stopped with no word on standard output, as a crash does
-            print(json.dumps({"event": "terminated" if terminated() else "interrupted",
-                              "run_id": started[-1] if started else None}), flush=True)
+            try:
+                print(json.dumps({"event": "terminated" if terminated() else "interrupted",
+                                  "run_id": started[-1] if started else None}), flush=True)
+            except OSError:  # `tune --json | jq`: Ctrl-C stopped the reader too
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if terminated():
             print(f"autotune: terminated (SIGTERM){kept}", file=sys.stderr)
             return 128 + signal.SIGTERM
@@ -982,6 +991,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except Exception as err:  # one clear line for the user's mistakes; tracebacks for ours
         from autotune.errors import AutotuneError
+
+        if _working_directory_gone():
+            # every relative path, and MLflow's import, failed (tracebacks, or "No such file"
+            # of a store that was there); what needs no working directory still runs
+            print("autotune: error: the current directory no longer exists (removed while this shell was in it): cd "
+                  "to another and run the command again", file=sys.stderr)
+            return EXIT_USAGE
 
         user_errors: tuple[type[BaseException], ...] = (AutotuneError,)
         try:

@@ -1789,16 +1789,21 @@ def test_an_ascii_standard_output_gets_ascii_tables_and_escaped_names(env):
     assert proc.returncode == 0 and proc.stdout.startswith("┏")
 
 
-def test_a_removed_working_directory_is_one_line(env):
+def test_a_removed_working_directory_is_one_line(env, populated_history):
+    """Relative paths (and MLflow's import) failed with tracebacks there; what names its
+    files in full still runs."""
     gone = env / "gone"
     gone.mkdir()
+    path, _ = populated_history
     proc = subprocess.Popen([sys.executable, "-c", "import os, sys; os.chdir(sys.argv[1]); print('in', flush=True); "
                              "sys.stdin.readline(); from autotune.cli import main; "
+                             "print(main(['history', 'ls', '--history', sys.argv[2], '--json']), flush=True); "
                              "sys.exit(main(['history', 'ls', '--history', 'h.db']))",
-                             str(gone)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(gone), path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "in\n"
     gone.rmdir()
-    _, err = proc.communicate("\n", timeout=120)
+    out, err = proc.communicate("\n", timeout=120)
+    assert out.splitlines()[-1] == "0" and json.loads(out.splitlines()[0])[0]["layer"] == "conv2d1"
     assert proc.returncode == 2 and err.strip().splitlines() == [
         "autotune: error: the current directory no longer exists (removed while this shell was in it): cd to another "
         "and run the command again"], err
@@ -1975,3 +1980,26 @@ def test_run_given_a_file_that_is_no_module_says_so(capsys, env):
     """`run notes.json` said notes.json.json was missing, as if it were a module."""
     (env / "notes.json").write_text("{}")
     _user_error(capsys, ["run", "notes.json"], contains=("notes.json is not a compiled module",))
+
+
+def test_ctrl_c_on_a_tune_whose_json_reader_is_gone(env):
+    """`tune --json | jq` and Ctrl-C: the reader stops too, and the 'interrupted' event,
+    written into the closed pipe, ended the tune in a traceback (exit 1)."""
+    import signal
+
+    from tests.running_tune import wait_for_records
+
+    history = env / "h.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "tune", "resnet18", "--size", "32", "--max-layers", "1", "--trials", "500",
+         "--batch", "2", "--target", "llvm", "--history", str(history), "--no-mlflow", "--no-verify",
+         "--no-model-latency", "--json", "--quiet"],  # quiet: the event is its first line, no other write meets the closed pipe
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    wait_for_records(proc, history, 2)
+    proc.stdout.close()
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "autotune: interrupted; measurements so far are kept in history"
