@@ -13,6 +13,7 @@ import json
 import math
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -330,6 +331,7 @@ OUTPUT_KINDS: dict[str, tuple[str, tuple[bytes, ...]]] = {
                (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"MZ")),
     "onnx": ("an ONNX model", (b"\x08",)),  # a ModelProto's first field, ir_version
     "npz": ("saved outputs (.npz)", (b"PK\x03\x04", b"PK\x05\x06")),
+    "description": ("a module's description (the JSON compile writes beside it)", (b"{",)),
 }
 
 
@@ -354,8 +356,16 @@ def check_replaceable(out: Path, kind: str | None) -> None:
     symlink is replaced itself, its target kept (:func:`write_atomically`): nothing to refuse."""
     if os.path.islink(out):
         return
+    try:
+        mode = os.stat(out).st_mode
+    except OSError:  # none there (or unreadable: said where it is written)
+        return
+    if stat.S_ISDIR(mode):  # said by check_output_path
+        return
+    if not stat.S_ISREG(mode):  # a named pipe hung the read below; a device became a file
+        raise AutotuneError(f"cannot write {out}: it is no regular file (a named pipe, a device): give a file's name")
     head = file_head(out)
-    if not head:  # none there, empty (or a folder, or unreadable: said where it is written)
+    if not head:  # empty, or unreadable
         return
     if head.startswith(b"SQLite format 3\x00"):
         raise AutotuneError(f"cannot write {out}: it is a SQLite database (a history or an MLflow store?): give the "
@@ -424,6 +434,7 @@ def check_module_path(out: str | os.PathLike, *, inputs: Sequence[str | os.PathL
                             f"{out.name[: -len(wrong)] or 'model'}.so")
     check_not_an_input(out, inputs)
     check_replaceable(out, "module")
+    check_replaceable(sidecar(out), "description")
     return out
 
 
@@ -549,6 +560,7 @@ def export(executable, out: str | os.PathLike, metadata: dict[str, Any], *, fpac
     ``fpack_imports`` replaces how the imported modules are linked in (see
     ``device_code.fatbin_packer``); ``cc`` links (:func:`cross_linker`)."""
     out = check_output_path(out, "module")
+    check_replaceable(sidecar(out), "description")
     parent = make_parent(out)
     # a fresh name, not mkstemp's file: the linker kept its 0600 mode as 0711, a module
     # no other user could load (dlopen reads it)

@@ -2003,3 +2003,23 @@ def test_ctrl_c_on_a_tune_whose_json_reader_is_gone(env):
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == "autotune: interrupted; measurements so far are kept in history"
+
+
+def test_an_output_is_never_a_pipe_a_device_or_a_database_beside_the_module(capsys, env, dyn_model, populated_history):
+    """From a helper's audit: `zoo export -o FIFO` hung on reading the pipe to tell its
+    kind; a device at the name became a regular file; and `compile -o side.so` replaced
+    a SQLite file at side.so.json, the module's description."""
+    import shutil
+
+    os.mkfifo(env / "ff")
+    _user_error(capsys, ["zoo", "export", "dqn", "--size", "36", "-o", "ff"], contains=("it is no regular file",))
+    shape = ["--input-shape", "x=2x8", "--target", "llvm"]
+    _user_error(capsys, ["compile", dyn_model, *shape, "-o", "ff"], contains=("it is no regular file",))
+    path, _ = populated_history
+    shutil.copy(path, env / "side.so.json")
+    kept = (env / "side.so.json").read_bytes()
+    _user_error(capsys, ["compile", dyn_model, *shape, "-o", "side.so"], contains=("side.so.json: it is a SQLite database",))
+    (env / "other.so.json").write_text("my notes")
+    _user_error(capsys, ["compile", dyn_model, *shape, "-o", "other.so"], contains=("is not a module's description",))
+    assert (env / "side.so.json").read_bytes() == kept and not (env / "side.so").exists()
+    assert (env / "ff").is_fifo()
