@@ -881,7 +881,7 @@ def cmd_report(args) -> int:
     data = api.report(args.run, mlflow_uri=args.mlflow_uri, history=args.history)
     # a report read from a folder that holds its plots already (the run's own, where tune
     # wrote it) writes no copies into the working directory; one from MLflow, or --out-dir, does
-    kept = [] if args.out_dir else reporting.artifacts_on_disk(args.run, data)
+    kept = [] if args.out_dir else reporting.artifacts_on_disk(args.run, data, history=args.history)
     unwritten = None  # why the copies were not written, where the working directory takes no file
     if kept:
         paths = kept

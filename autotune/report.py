@@ -827,15 +827,17 @@ def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
             f"({run['n_records']} records) is in history at {mask_url(url)} (`autotune history runs{history_option(mask_url(url))}`)")
 
 
-def artifacts_on_disk(run_id_or_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> list[Path]:
+def artifacts_on_disk(run_id_or_dir: str | os.PathLike[str], report: Mapping[str, Any], *,
+                      history: str | None = None) -> list[Path]:
     """The files tune wrote beside the report ``load_report`` read, where that was a local
     folder holding them all: ``report`` then needs to write none again (it wrote a
     folder of copies into the working directory at every call)."""
     path = Path(run_id_or_dir).expanduser()
     folder = path if path.is_dir() else (path.parent if path.is_file() else None)
     if folder is None and RUN_ID_PATTERN.fullmatch(str(report.get("run_id") or "")):
+        run_id = str(report["run_id"])
         try:
-            found = _local_report(str(report["run_id"]))
+            found = _local_report(run_id) or _report_history_names(run_id, history)
         except AutotuneError:
             found = None
         folder = found.parent if found is not None else None
