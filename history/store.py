@@ -360,9 +360,12 @@ class HistoryStore:
         runs, targets and workloads; a `history rm` between the pages wrote records of a run
         the export then did not list. One read transaction sees one state: a WAL reader
         holds its snapshot without holding off writers, and PostgreSQL's REPEATABLE READ
-        does the same. A SQLite file still in its rollback journal (a contended switch to
-        WAL, a read-only folder) would lock every writer out for the whole block, so there
-        the reads stay separate and this yields False.
+        does the same. A SQLite file is in WAL mode while a writer (a tune) has it open;
+        once the last one closes it, it is back in its rollback journal, where one long
+        read would lock out every writer (a tune starting meanwhile would fail on its first
+        record), so there the reads stay separate and this yields False: an idle
+        history's export is read page by page (io._write_export refuses one a removal
+        cut through).
         """
         if getattr(self._pinned, "conn", None) is not None:
             yield True
