@@ -38,6 +38,13 @@ _TARGET_FIELDS = ("kind", "arch", "device_name", "driver_version", "runtime_vers
 
 #: Records an export reads at a time (history.store.iter_records).
 EXPORT_PAGE = 5000
+#: Times an export to a file is written before a history that keeps changing under it
+#: (runs removed between its pages, :class:`HistoryChanged`) is said.
+EXPORT_ATTEMPTS = 3
+
+
+class HistoryChanged(HistoryError):
+    """A run was removed between two pages of an export read page by page."""
 
 
 def _record_to_json(rec: Any) -> dict[str, Any]:
@@ -112,17 +119,26 @@ def export_json(
         raise HistoryError(f"cannot export history to {path}: {why_not_creatable(path) or exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            # it wrote plain JSON to x.json.gz. zlib's own gzip header (no name, no time), as
-            # ``gzip.compress(data, mtime=0)`` wrote it: an export of the same history is the
-            # same bytes, as it was before exports were streamed
-            packer = zlib.compressobj(9, zlib.DEFLATED, 31) if path.endswith(".gz") else None
+            for attempt in range(1, EXPORT_ATTEMPTS + 1):
+                # it wrote plain JSON to x.json.gz. zlib's own gzip header (no name, no time), as
+                # ``gzip.compress(data, mtime=0)`` wrote it: an export of the same history is the
+                # same bytes, as it was before exports were streamed
+                packer = zlib.compressobj(9, zlib.DEFLATED, 31) if path.endswith(".gz") else None
 
-            def write(text: str) -> None:
-                data = text.encode("utf-8")
-                fh.write(packer.compress(data) if packer is not None else data)
+                def write(text: str) -> None:
+                    data = text.encode("utf-8")
+                    fh.write(packer.compress(data) if packer is not None else data)
 
-            with store.snapshot():  # records, runs and workloads of one state of history
-                count = _write_export(store, write, workload_key, target_key)
+                try:
+                    with store.snapshot():  # records, runs and workloads of one state of history
+                        count = _write_export(store, write, workload_key, target_key)
+                except HistoryChanged:
+                    if attempt == EXPORT_ATTEMPTS:
+                        raise
+                    fh.seek(0)  # a file can be written again; standard output cannot
+                    fh.truncate()
+                    continue
+                break
             if packer is not None:
                 fh.write(packer.flush())
         os.replace(tmp, path)
@@ -159,8 +175,8 @@ def _write_export(store: HistoryStore, write, workload_key: str | None, target_k
         listed = store.runs()
         gone = (runs_before - {run["run_id"] for run in listed}) & wrote_runs
         if gone:  # removed between two pages of records (no snapshot(): a rollback journal)
-            raise HistoryError(f"history changed during the export (run {sorted(gone)[0]} was removed after "
-                               "some of its records were written); export again")
+            raise HistoryChanged(f"history changed during the export (run {sorted(gone)[0]} was removed after "
+                                 "some of its records were written); export again")
         if workload_key is not None or target_key is not None:
             listed = [run for run in listed if run["run_id"] in wrote_runs]
         return [_run_to_json(run) for run in listed]

@@ -903,6 +903,28 @@ def test_an_export_of_a_rollback_journal_file_that_changes_midway_is_refused(
         assert stream.removed
 
 
+def test_an_export_to_a_file_is_written_again_when_a_run_is_removed_midway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file, unlike standard output, can be written again: the export is, of the state after the removal."""
+    monkeypatch.setattr(history_io, "EXPORT_PAGE", 1)
+    populated_with_run(tmp_path / "h.db").close()
+    to_json, calls = history_io._record_to_json, []
+
+    def removing_r1_at_the_first_record(rec: Any) -> dict[str, Any]:
+        calls.append(rec.id)
+        if len(calls) == 1:
+            with open_history(str(tmp_path / "h.db")) as other:
+                assert other.remove_runs(["r1"])
+        return to_json(rec)
+
+    monkeypatch.setattr(history_io, "_record_to_json", removing_r1_at_the_first_record)
+    with open_history(str(tmp_path / "h.db"), readonly=True) as store:
+        assert export_json(store, tmp_path / "e.json") == 3
+        assert (tmp_path / "e.json").read_text() == text_of(store)
+    assert '"run_id": "r1"' not in (tmp_path / "e.json").read_text()
+
+
 def _valid_doc(tmp_path: Path) -> dict[str, Any]:
     buf = io.StringIO()
     with populated(tmp_path / "valid-src.db") as store:
