@@ -510,7 +510,7 @@ def _refuse_conflicts(options: dict[str, Any], *, mlflow: bool, mlflow_uri: Any,
     if not mlflow and (mlflow_uri is not None or mlflow_experiment is not None):
         name = "mlflow_uri" if mlflow_uri is not None else "mlflow_experiment"
         raise OptionError(f"{{{name}}} names where MLflow tracking goes, and tracking is off ({{mlflow}}): give one or "
-                          "the other", name, "mlflow")
+                          "the other", name, "mlflow", python={"mlflow": "mlflow=False"})
     tuner = options.get("tuner", "auto")
     given = [name for name in ("high", "low") if name in options]
     if tuner != "auto" and given:
@@ -519,10 +519,10 @@ def _refuse_conflicts(options: dict[str, Any], *, mlflow: bool, mlflow_uri: Any,
     if options.get("probes") is False:
         if tuner != "auto":
             raise OptionError(f"{{probes}} turns off one-trial probes, which only {{tuner}} auto makes (not {tuner}): "
-                              "give one or the other", "probes", "tuner")
+                              "give one or the other", "probes", "tuner", python={"probes": "probes=False"})
         if options.get("budget_split") == "roofline":
             raise OptionError("{probes} turns off the adaptive split's one-trial probes, and {budget_split} roofline "
-                              "makes none: give one or the other", "probes", "budget_split")
+                              "makes none: give one or the other", "probes", "budget_split", python={"probes": "probes=False"})
 
 
 def _check_history_creatable(history: str | os.PathLike | None) -> None:

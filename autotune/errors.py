@@ -23,10 +23,13 @@ class OptionError(AutotuneError, ValueError):
     rule and its wording live in one place for both front ends.
     """
 
-    def __init__(self, template: str, *names: str) -> None:
+    def __init__(self, template: str, *names: str, python: dict[str, str] | None = None) -> None:
         self.template = template
         self.names = names
-        super().__init__(self.spelled(lambda name: name))
+        # how Python spells an option where its name alone reads wrong: the CLI's
+        # --no-mlflow is mlflow=False, not "mlflow"
+        python = python or {}
+        super().__init__(self.spelled(lambda name: python.get(name, name)))
 
     def spelled(self, spell) -> str:
         """The message with each option's name passed through ``spell``."""

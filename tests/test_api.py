@@ -378,3 +378,15 @@ def test_sigterm_to_an_api_tune_marks_the_run_killed_then_ends_the_process(tmp_p
     with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as db:
         assert db.execute("pragma integrity_check").fetchone() == ("ok",)
         assert [r[0] for r in db.execute("select status from runs")] == ["killed"]
+
+
+def test_options_that_undo_each_other_are_refused_in_pythons_words(tmp_path):
+    """As the CLI refuses them, with the keywords named as Python spells them."""
+    cases = [({"mlflow": False, "mlflow_uri": str(tmp_path / "ml")}, "mlflow_uri names where MLflow tracking goes, and "
+              "tracking is off (mlflow=False)"),
+             ({"tuner": "xgb", "high": 0.5}, "high is a match score that chooses each layer's tuner, and tuner xgb"),
+             ({"budget_split": "roofline", "probes": False}, "probes=False turns off the adaptive split's one-trial probes")]
+    for given, said in cases:
+        with pytest.raises(OptionError, match=re.escape(said)):
+            api.tune("dqn", target="llvm", history=str(tmp_path / "h.db"), **{"mlflow": False, **given})
+    assert not (tmp_path / "h.db").exists()
