@@ -70,7 +70,11 @@ def sample_stats(samples: Sequence[float]) -> tuple[float | None, float | None, 
     half = n // 2
     median = ordered[half] if n % 2 else (ordered[half - 1] + ordered[half]) / 2
     mean = math.fsum(values) / n
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    # the deviations scaled by a power of two (exactly) first: squared as they are, those
+    # past 1e154 s overflowed, where numpy's std had read inf
+    top = max(abs(v - mean) for v in values)
+    scale = 2.0 ** math.frexp(top)[1] if top > 0 and math.isfinite(top) else 1.0
+    std = scale * math.sqrt(math.fsum(((v - mean) / scale) ** 2 for v in values) / n)
     return mean, median, std, n
 
 

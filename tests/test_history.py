@@ -229,6 +229,8 @@ def test_sample_statistics_are_numpys_median_and_correctly_rounded_mean_and_std(
         assert std == pytest.approx(float(samples.std()), rel=1e-12, abs=1e-300)
     assert sample_stats([]) == (None, None, None, 0)
     assert sample_stats([2e-3, 2e-3]) == (2e-3, 2e-3, 0.0, 2)
+    huge = sample_stats([1e200, 1e-3])  # squared deviations past float's range: OverflowError
+    assert huge[0] == 5e199 and huge[2] == pytest.approx(5e199)
 
 
 def test_record_filters_and_order(tmp_path: Path) -> None:
