@@ -303,7 +303,7 @@ def test_export_model_failure_leaves_nothing_partial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "m.onnx"
-    target.write_bytes(b"previous")
+    target.write_bytes(b"\x08\x09previous")  # an earlier export, as its first field says (compile.OUTPUT_KINDS)
 
     def broken_save(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
         Path(path).write_bytes(b"partial")
@@ -312,7 +312,7 @@ def test_export_model_failure_leaves_nothing_partial(
     monkeypatch.setattr(zoo.onnx, "save", broken_save)
     with pytest.raises(AutotuneError, match="disk full"):  # one clear line, not a traceback
         export_model("transformer", target, size=4)
-    assert target.read_bytes() == b"previous"
+    assert target.read_bytes() == b"\x08\x09previous"
     assert os.listdir(tmp_path) == ["m.onnx"]
 
 
