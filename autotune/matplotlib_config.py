@@ -25,6 +25,8 @@ def settle_matplotlib_config() -> None:
     own = os.path.join(tempfile.gettempdir(), f"autotune-matplotlib-{os.getuid() if hasattr(os, 'getuid') else 0}")
     try:
         os.makedirs(own, mode=0o700, exist_ok=True)
+        if hasattr(os, "getuid") and (os.stat(own).st_uid != os.getuid() or os.stat(own).st_mode & 0o077):
+            return  # another user's, made first: matplotlib's own fallback (and its warning) then
     except OSError:
         return
     os.environ["MPLCONFIGDIR"] = own
