@@ -498,7 +498,7 @@ def cmd_history_ls(args) -> int:
             workloads = {w.key: w for w in store.workloads()}
             for model, _, key in _run_layers(store):
                 models.setdefault(key, set()).add(model)
-    held = bool(rows)
+    held = sorted({r["op_class"] for r in rows})
     for r in rows:  # the layer name the text shows, in the JSON too
         w = workloads.get(r["workload_key"])
         r["layer"] = w.descriptor.get("name", "") if w else ""
@@ -510,8 +510,11 @@ def cmd_history_ls(args) -> int:
         print(json.dumps(rows))
         return 0
     if not rows:
-        # a filter that matches nothing is not an empty history
-        print("no layers in history match" if held else "history is empty")
+        # a filter that matches nothing is not an empty history, and a class or model
+        # mistyped (Conv2d) is seen beside those there are
+        tuned = sorted({m for names in models.values() for m in names})
+        print(f"no layers in history match (its classes: {', '.join(held)}; the models tuned: {', '.join(tuned) or 'none'})"
+              if held else "history is empty")
         return 0
     # the target key whole (an H100's was cut to 'cuda:sm_90:NVIDIA-H100-80GB-')
     width = max(28, *(len(r["target_key"]) for r in rows))

@@ -562,7 +562,7 @@ def test_a_layer_is_found_by_the_name_a_later_models_run_gave_it(capsys, populat
         assert main(["history", "ls", "--history", path, "--json", *given]) == 0
         assert {r["workload_key"] for r in json.loads(capsys.readouterr().out)} == expected, given
     assert main(["history", "ls", "--history", path, "--model", "vgg11"]) == 0
-    assert capsys.readouterr().out == "no layers in history match\n"
+    assert capsys.readouterr().out == "no layers in history match (its classes: conv2d, dense; the models tuned: resnet50)\n"
     _user_error(capsys, ["history", "ls", "--history", path, "--target", "cuda:x"], contains=("history holds no target 'cuda:x'",))
 
 
