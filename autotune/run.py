@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import warnings
@@ -40,10 +41,11 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
         raise AutotuneError(f"{meta_path} is missing: it is written by 'autotune compile' next to the module")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise AutotuneError(f"cannot read {meta_path}: {err}") from None
+    except (OSError, ValueError, RecursionError) as err:  # not UTF-8, not JSON, nested past the decoder
+        raise AutotuneError(f"cannot read {meta_path}: {first_line(str(err)) or type(err).__name__}") from None
     if not isinstance(meta, dict) or meta.get("format") != "autotune-module" or not isinstance(meta.get("inputs"), dict):
         raise AutotuneError(f"{meta_path} is not an autotune module description")
+    _check_described_inputs(meta["inputs"], meta_path)
     expected = meta.get("module_sha256")  # absent from descriptions written before 2026-11-27
     if expected is not None:
         from autotune.compile import file_sha256
@@ -53,6 +55,33 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
             raise AutotuneError(f"{meta_path} describes another module than {path} (their contents differ): "
                                 "give the description compile wrote beside this module, or compile it again")
     return meta
+
+
+#: The most elements a described input may hold: past it, seeded inputs are no memory's.
+MAX_INPUT_ELEMENTS = 2**34
+
+
+def _check_described_inputs(inputs: Mapping[str, Any], meta_path: Path) -> None:
+    """Each input a description names, checked as compile writes it: a hand-edited or
+    damaged one (a shape of null, "x", NaN or 10**12, a dtype numpy does not know) ended
+    in one of some 55 tracebacks (a helper's fuzzing)."""
+    for name, info in inputs.items():
+        where = f"{meta_path} is not a valid module description: input {name!r}"
+        if not isinstance(info, dict):
+            raise AutotuneError(f"{where} is no object")
+        shape = info.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise AutotuneError(f"{where}: its shape is no list of sizes (whole numbers, 0 or more)")
+        if math.prod(shape) > MAX_INPUT_ELEMENTS:
+            raise AutotuneError(f"{where}: its shape {shape} holds more than {MAX_INPUT_ELEMENTS:,} elements")
+        dtype = info.get("dtype", "float32")
+        try:  # by the name TVM gives it (">f4" is numpy's float32 too, and no TVM type)
+            known = isinstance(dtype, str) and (dtype == "bfloat16" or (np.dtype(dtype).name == dtype
+                                                                         and np.dtype(dtype).kind in "fiub"))
+        except (TypeError, ValueError):
+            known = False
+        if not known:
+            raise AutotuneError(f"{where}: its dtype {str(dtype)[:40]!r} is no tensor type TVM takes")
 
 
 def seeded_inputs(meta: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
@@ -88,7 +117,8 @@ def numpy_dtype(name: str) -> np.dtype:
 def _index_limit(info: Mapping[str, Any]) -> int | None:
     """The table length an integer input indexes, where the module's description gives a sound one."""
     limit = info.get("index_limit")
-    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+    # a table of more rows than an int32 holds is no sound one (numpy's bounds error, edited by hand)
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit <= 2**31 - 1 else None
 
 
 def load_inputs(path: str | os.PathLike, meta: dict[str, Any], casts: dict[str, str] | None = None) -> dict[str, np.ndarray]:

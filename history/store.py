@@ -529,16 +529,27 @@ class HistoryStore:
             raise HistoryError(f"unknown workload {key!r} in history at {self.location} (register it first)")
         return int(found)
 
-    @staticmethod
-    def _workload_from_row(row: Any) -> WorkloadInfo:
-        return WorkloadInfo(
-            key=row.key,
-            batch_invariant_key=row.batch_invariant_key,
-            op_class=row.op_class,
-            descriptor=json.loads(row.descriptor_json),
-            flops=float(row.flops),
-            features=tuple(float(f) for f in json.loads(row.features_json or "[]")),
-        )
+    def _workload_from_row(self, row: Any) -> WorkloadInfo:
+        with self._read_back("workload", row.key):
+            return WorkloadInfo(
+                key=row.key,
+                batch_invariant_key=row.batch_invariant_key,
+                op_class=row.op_class,
+                descriptor=_json_of(row.descriptor_json, dict),
+                flops=_real(row.flops),
+                features=tuple(_real(f) for f in _json_of(row.features_json or "[]", list)),
+            )
+
+    @contextmanager
+    def _read_back(self, what: str, ident: Any) -> Iterator[None]:
+        """A row this code did not write as it stands (edited by hand, damaged): one line
+        naming it, not the traceback of whichever reader met it first (a helper's fuzzing
+        of history files found some 150, from `history ls` to a tune)."""
+        try:
+            yield
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise HistoryError(f"history at {self.location} holds a {what} it cannot read ({ident}): "
+                               f"{str(exc)[:120]}; was the file edited by hand?") from None
 
     def workloads(self, op_class: str | None = None) -> list[WorkloadInfo]:
         """All workloads (of one operator class), in registration order.
@@ -707,30 +718,32 @@ class HistoryStore:
             t.c.key.label("target_key"),
         ).select_from(r.join(w, r.c.workload_id == w.c.id).join(t, r.c.target_id == t.c.id))
 
-    @staticmethod
-    def _record_from_row(row: Any) -> Record:
-        return Record(
-            id=int(row.id),
-            workload_key=row.workload_key,
-            batch_invariant_key=row.batch_invariant_key,
-            op_class=row.op_class,
-            target_key=row.target_key,
-            space_id=row.space_id,
-            config=json.loads(row.config_json),
-            latency_median=row.latency_median,
-            latency_mean=row.latency_mean,
-            latency_std=row.latency_std,
-            repeats=int(row.repeats),
-            samples=tuple(float(s) for s in json.loads(row.samples_json or "[]")),
-            status=row.status,
-            error=row.error,
-            verified=None if row.verified is None else bool(row.verified),
-            run_id=row.run_id,
-            tuner=row.tuner,
-            created_at=row.created_at,
-            twin=bool(row._mapping.get("twin")),
-            timing=row._mapping.get("timing") or RECORD_TIMINGS[0],
-        )
+    def _record_from_row(self, row: Any) -> Record:
+        with self._read_back("record", f"id {row.id}"):
+            if not isinstance(row.status, str):
+                raise TypeError(f"status {row.status!r}")
+            return Record(
+                id=int(row.id),
+                workload_key=row.workload_key,
+                batch_invariant_key=row.batch_invariant_key,
+                op_class=row.op_class,
+                target_key=row.target_key,
+                space_id=row.space_id,
+                config=_json_of(row.config_json, dict),
+                latency_median=None if row.latency_median is None else _real(row.latency_median),
+                latency_mean=None if row.latency_mean is None else _real(row.latency_mean),
+                latency_std=None if row.latency_std is None else _real(row.latency_std),
+                repeats=int(row.repeats),
+                samples=tuple(_real(s) for s in _json_of(row.samples_json or "[]", list)),
+                status=row.status,
+                error=row.error,
+                verified=None if row.verified is None else bool(row.verified),
+                run_id=row.run_id,
+                tuner=row.tuner,
+                created_at=row.created_at,
+                twin=bool(row._mapping.get("twin")),
+                timing=row._mapping.get("timing") or RECORD_TIMINGS[0],
+            )
 
     @staticmethod
     def _usable() -> Any:
@@ -1125,20 +1138,20 @@ class HistoryStore:
             runs.join(t, runs.c.target_id == t.c.id)
         )
 
-    @staticmethod
-    def _run_from_row(row: Any) -> dict[str, Any]:
-        return {
-            "run_id": row.id,
-            "model": row.model,
-            "target_key": row.target_key,
-            "tuner": row.tuner,
-            "params": json.loads(row.params_json),
-            "status": row.status,
-            "started_at": row.started_at,
-            "finished_at": row.finished_at,
-            "summary": json.loads(row.summary_json) if row.summary_json else None,
-            "n_records": int(row.n_records or 0),
-        }
+    def _run_from_row(self, row: Any) -> dict[str, Any]:
+        with self._read_back("run", row.id):
+            return {
+                "run_id": row.id,
+                "model": row.model,
+                "target_key": row.target_key,
+                "tuner": row.tuner,
+                "params": _json_of(row.params_json, dict),
+                "status": row.status,
+                "started_at": row.started_at,
+                "finished_at": row.finished_at,
+                "summary": json.loads(row.summary_json) if row.summary_json else None,
+                "n_records": int(row.n_records or 0),
+            }
 
     def runs(self) -> list[dict[str, Any]]:
         """All runs, oldest first, with the number of records each wrote."""
@@ -1211,3 +1224,20 @@ def open_history(
     for listing commands; a missing history is then a HistoryError.
     """
     return HistoryStore(location, create=create, readonly=readonly)
+
+
+def _json_of(text: Any, kind: type) -> Any:
+    """A JSON column's value, of the kind this code writes there (TypeError otherwise)."""
+    if not isinstance(text, str):
+        raise TypeError(f"{type(text).__name__} where JSON text belongs")
+    value = json.loads(text)
+    if not isinstance(value, kind):
+        raise TypeError(f"a JSON {type(value).__name__} where a {kind.__name__} belongs")
+    return value
+
+
+def _real(value: Any) -> float:
+    """A number column's value as a float: text or bytes there are no number (float() took "1.5")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{type(value).__name__} {str(value)[:40]!r} where a number belongs")
+    return float(value)

@@ -2023,3 +2023,16 @@ def test_an_output_is_never_a_pipe_a_device_or_a_database_beside_the_module(caps
     _user_error(capsys, ["compile", dyn_model, *shape, "-o", "other.so"], contains=("is not a module's description",))
     assert (env / "side.so.json").read_bytes() == kept and not (env / "side.so").exists()
     assert (env / "ff").is_fifo()
+
+
+@pytest.mark.parametrize("entry", [None, {"shape": None, "dtype": "float32"}, {"shape": [2, -8], "dtype": "float32"},
+                                   {"shape": [2, 8], "dtype": ">f4"}, {"shape": [10**6, 10**6, 10**6], "dtype": "float32"}])
+def test_a_damaged_module_description_is_one_line(capsys, env, dyn_model, entry):
+    """Some 55 tracebacks from a helper's fuzzing of descriptions (shapes of null, -8 or
+    10**18 elements, dtypes TVM has no name for)."""
+    assert main(["compile", dyn_model, "--input-shape", "x=2x8", "--target", "llvm", "-o", "m.so"]) == 0
+    meta = json.loads((env / "m.so.json").read_text())
+    meta["inputs"]["x"] = entry
+    (env / "m.so.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    _user_error(capsys, ["run", "m.so", "--repeat", "1"], contains=("m.so.json is not a valid module description: input 'x'",))

@@ -1453,3 +1453,22 @@ def test_an_empty_or_relative_home_puts_state_in_the_accounts_home(tmp_path: Pat
     assert autotune_home() == str(tmp_path / "rel" / ".autotune")
     monkeypatch.setenv("AUTOTUNE_HOME", "state")
     assert autotune_home() == str(tmp_path / "state")
+
+
+@pytest.mark.parametrize("sql", [
+    "UPDATE records SET config_json = 'not json'",
+    "UPDATE records SET config_json = '[1]'",
+    "UPDATE records SET samples_json = '[\"x\"]'",
+    "UPDATE records SET latency_median = 'fast'",
+    "UPDATE workloads SET descriptor_json = '[]'",
+    "UPDATE workloads SET flops = X'01'",
+])
+def test_a_row_edited_by_hand_is_one_error_naming_it(tmp_path: Path, sql: str) -> None:
+    """A helper's fuzzing of history files: some 150 tracebacks (JSONDecodeError, TypeError,
+    ValueError) from whichever reader met a damaged row first."""
+    populated(tmp_path / "h.db").close()
+    edit_file(tmp_path / "h.db", sql)
+    with open_history(str(tmp_path / "h.db"), readonly=True) as store:
+        with pytest.raises(HistoryError, match=r"holds a (record|workload) it cannot read .*edited by hand"):
+            store.records()
+            store.workloads()
