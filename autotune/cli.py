@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -892,7 +893,10 @@ def cmd_report(args) -> int:
         paths = reporting.write_artifacts(data, Path(args.out_dir))
     else:
         try:
-            out_dir = check_output_dir(f"autotune-report-{str(data.get('run_id', 'run'))[:12]}")
+            # the run id as report.json gives it, kept to what run ids are made of: "/../../.."
+            # in an edited file wrote the copies over files three folders up (a helper's fuzzing)
+            named = re.sub(r"[^0-9A-Za-z_-]", "", str(data.get("run_id", "")))[:12] or "run"
+            out_dir = check_output_dir(f"autotune-report-{named}")
         except AutotuneError as err:  # the summary is still owed: it had refused to print it at all
             paths, unwritten = [], str(err)
         else:

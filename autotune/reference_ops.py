@@ -13,6 +13,7 @@ A user's trial of unusual models found ``--check`` calling correct modules wrong
 - ``ConvTranspose`` with ``group`` above 1: it fails ("cannot reshape array of size 81
   into shape (1,2,27)") where the module was right (a helper's numpy agreed to 4e-7),
   and ``run --check`` then ended in an error. The spec's form is given for such models.
+- ``BatchNormalization`` at opsets 9 to 13: taken as training (below).
 """
 
 from __future__ import annotations
@@ -130,6 +131,20 @@ class ConvTranspose(OpRun):
         return (y.astype(x.dtype),)
 
 
+class BatchNormalization(OpRun):
+    """Inference batch norm, for opsets 9 to 13: they have no ``training_mode``, and the
+    evaluator, filling in the default momentum, took every node as training and normalized
+    by the batch's own statistics (a helper's fuzzing: correct modules read 7.08 off)."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, spatial=None, training_mode=None):
+        eps = 1e-5 if epsilon is None else epsilon
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape) + bias.reshape(shape)
+        return (y.astype(x.dtype),)
+
+
 def corrected_ops(proto) -> list[type[OpRun]]:
     """The operators to give the evaluator for ``proto``: LRN always, the flattening
     softmax family where the model's default-domain opset is below 13, and the spec's
@@ -138,6 +153,9 @@ def corrected_ops(proto) -> list[type[OpRun]]:
     ops: list[type[OpRun]] = [LRN]
     if opset is not None and opset < 13:
         ops += [Softmax, LogSoftmax, Hardmax]
+    if opset is not None and 9 <= opset < 14 and all(len(node.output) == 1 for node in _nodes(proto.graph)
+                                                     if node.op_type == "BatchNormalization"):
+        ops.append(BatchNormalization)
     if any(node.op_type == "ConvTranspose" and any(a.name == "group" and a.i > 1 for a in node.attribute)
            for node in _nodes(proto.graph)):
         ops.append(ConvTranspose)

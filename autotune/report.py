@@ -526,7 +526,9 @@ def _points(curve: Iterable[Any]) -> tuple[list[float], list[float]]:
 
 
 def _band(curves: Sequence[Any]) -> tuple[list[int], list[float], list[float], list[float]]:
-    """Median, min and max across repeated curves, each carried forward to every trial number."""
+    """Median, min and max across repeated curves, each carried forward: at the trial
+    numbers the curves hold (drawn as steps, as every number between gave them), not at
+    every number from the first to the last (a trial of 1e15 in an edited report hung)."""
     series = []
     for curve in curves:
         xs, ys = _points(curve)
@@ -534,11 +536,9 @@ def _band(curves: Sequence[Any]) -> tuple[list[int], list[float], list[float], l
             series.append(dict(zip((int(x) for x in xs), ys)))
     if not series:
         return [], [], [], []
-    start = min(min(s) for s in series)
-    stop = max(max(s) for s in series)
     grid, med, lo, hi = [], [], [], []
     last: list[float | None] = [None] * len(series)
-    for trial in range(start, stop + 1):
+    for trial in sorted(set().union(*series)):
         for i, s in enumerate(series):
             if trial in s:
                 last[i] = s[trial] if last[i] is None else min(last[i], s[trial])

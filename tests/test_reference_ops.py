@@ -124,3 +124,24 @@ def test_a_grouped_conv_transpose_module_checks_ok_and_keeps_its_outputs(tmp_pat
                  "--save-outputs", str(tmp_path / "y.npz")]) == 0
     assert json.loads(capsys.readouterr().out)["check"]["ok"] is True
     assert np.load(tmp_path / "y.npz")["y"].shape == (1, 6, 10, 10)
+
+
+@pytest.mark.parametrize("opset", [9, 13, 15])
+def test_batch_norm_before_opset_14_is_inference(opset):
+    """ONNX's evaluator took BatchNormalization at opsets 9 to 13 as training (its default
+    momentum filled in) and normalized by the batch's statistics: `run --check` called
+    correct modules 7.08 off (a helper's fuzzing)."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    g, b, m = (rng.standard_normal(4).astype("float32") for _ in range(3))
+    v = rng.uniform(0.5, 2, 4).astype("float32")
+    inits = [numpy_helper.from_array(a, n) for a, n in ((g, "g"), (b, "b"), (m, "m"), (v, "v"))]
+    graph = helper.make_graph([helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"], epsilon=1e-3)],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    x = rng.standard_normal((2, 4, 3, 3)).astype("float32")
+    (y,) = onnx_reference(model, {"x": x})
+    expected = (x - m.reshape(1, -1, 1, 1)) / np.sqrt(v.reshape(1, -1, 1, 1) + 1e-3) * g.reshape(1, -1, 1, 1) + b.reshape(1, -1, 1, 1)
+    assert np.allclose(y, expected, atol=1e-5)

@@ -939,3 +939,22 @@ def test_rich_reporter_keeps_the_count_and_eta_at_80_columns(monkeypatch: pytest
     lines = [line for line in frame.getvalue().splitlines() if "fused_conv2d3" in line]
     assert lines and all(len(line) <= 80 and "3/10" in line and "eta" in line and "…" in line for line in lines)
     assert not any(" eta" in line for line in buf.getvalue().splitlines())  # no last frame, cut short, in the log
+
+
+def test_report_copies_stay_in_the_working_directory_whatever_the_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper's fuzzing: `"run_id": "/../../.."` in a report.json named the copies'
+    folder, and `report` wrote them over files three folders up."""
+    from autotune.cli import main
+
+    report = make_report()
+    report["run_id"] = "/../../.."
+    report["tuners"] = {"x": [[[0, 0.001], [1e15, 0.0005]]]}  # a trial every number up to which was drawn (a hang)
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "rep" / "report.json").write_text(json.dumps(report))
+    work = tmp_path / "a" / "b" / "c"
+    work.mkdir(parents=True)
+    (tmp_path / "a" / "layers.txt").write_text("precious")
+    monkeypatch.chdir(work)
+    assert main(["report", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "a" / "layers.txt").read_text() == "precious"
+    assert [p.name for p in work.iterdir()] == ["autotune-report-run"]
