@@ -46,16 +46,18 @@ def fold_into_conv(proto) -> tuple[Any, int]:
             continue
         if consumers[conv.output[0]] != 1 or conv.output[0] in graph_outputs:
             continue
-        if not all(name in inits for name in [*conv.input[1:], *bn.input[1:5]] if name):
+        arrays = _fold_operands(conv, bn, inits)
+        if arrays is None:
             continue
-        weight = numpy_helper.to_array(inits[conv.input[1]]).astype(np.float64)
-        gamma, beta, mean, var = (numpy_helper.to_array(inits[n]).astype(np.float64) for n in bn.input[1:5])
-        has_bias = len(conv.input) > 2 and conv.input[2] != ""
-        bias = numpy_helper.to_array(inits[conv.input[2]]).astype(np.float64) if has_bias else 0.0
-        scale = gamma / np.sqrt(var + _attr(bn, "epsilon", 1e-5))
+        weight, bias, gamma, beta, mean, var, epsilon = arrays
         dtype = onnx.helper.tensor_dtype_to_np_dtype(inits[conv.input[1]].data_type)
-        new_weight = (weight * scale.reshape(-1, *([1] * (weight.ndim - 1)))).astype(dtype)
-        new_bias = ((bias - mean) * scale + beta).astype(dtype)
+        with np.errstate(all="ignore"):  # judged just below, not warned of on stderr
+            scale = gamma / np.sqrt(var + epsilon)
+            new_weight = (weight * scale.reshape(-1, *([1] * (weight.ndim - 1)))).astype(dtype)
+            new_bias = ((bias - mean) * scale + beta).astype(dtype)
+        if not (np.isfinite(new_weight).all() and np.isfinite(new_bias).all()) and all(
+                np.isfinite(a).all() for a in arrays[:-1]):
+            continue  # the product overflows the weights' type where conv and batch norm apart may not
         # new initializers under new names: the old ones may be shared with other nodes
         names = []
         for suffix, array in (("bn_weight", new_weight), ("bn_bias", new_bias)):
@@ -76,6 +78,40 @@ def fold_into_conv(proto) -> tuple[Any, int]:
         _remove_named(graph.initializer, {t.name for t in graph.initializer} - used)
         _remove_named(graph.input, {t for t in inits if t not in used})  # old IRs list initializers as inputs
     return model, len(drop)
+
+
+#: The weight types a fold keeps exactly enough: integer or boolean weights are not a
+#: float conv's, and folding would round the normalization into them.
+_FLOAT_TYPES = frozenset({1, 10, 11, 16})  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def _fold_operands(conv, bn, inits) -> tuple | None:
+    """The conv's weight and bias and the batch norm's gamma, beta, mean, var (float64)
+    and epsilon, where they make a fold that computes what the two nodes did; else None.
+
+    The checker passes a model whose initializers disagree in shape with each other (it
+    checks no shapes of constants), and the fold had broadcast such ones wrongly or ended
+    in numpy's ValueError: those, and any that is not a float, are left for TVM to read."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if len(conv.input) < 2 or len(bn.input) != 5 or not all([conv.input[1], *bn.input[1:5]]):
+        return None
+    names = [conv.input[1], *(conv.input[2:3] if len(conv.input) > 2 and conv.input[2] else []), *bn.input[1:5]]
+    if not all(name in inits and inits[name].data_type in _FLOAT_TYPES for name in names):
+        return None
+    epsilon = _attr(bn, "epsilon", 1e-5)
+    if not isinstance(epsilon, float):
+        return None
+    try:
+        weight, *vectors = (numpy_helper.to_array(inits[name]).astype(np.float64) for name in names)
+    except ValueError:  # raw data of the wrong length for its dims
+        return None
+    channels = weight.shape[0] if weight.ndim >= 3 else None
+    if channels is None or any(v.shape != (channels,) for v in vectors):
+        return None
+    bias = vectors[0] if len(vectors) == 5 else np.zeros(channels)
+    return (weight, bias, *vectors[-4:], epsilon)
 
 
 def _reads(node):

@@ -395,14 +395,16 @@ def _pin_shapes(
     if overrides or _computes_shapes(proto):
         proto = _simplify(proto, shapes)
     batch_norms = sum(1 for node in proto.graph.node if node.op_type == "BatchNormalization")
+    try:  # before the fold: it read a malformed conv or batch norm's weights as given (22 tracebacks)
+        onnx.checker.check_model(proto)
+    except Exception as err:
+        raise AutotuneError(f"invalid ONNX model {source}: {first_line(err)}") from None
+    if not proto.graph.output:  # compiled to an empty module that computed nothing
+        raise AutotuneError(f"{source} declares no graph outputs: an ONNX model that returns nothing, nothing to compile")
     if fold_batch_norm:
         from autotune.batch_norm import fold_into_conv
 
         proto, _ = fold_into_conv(proto)
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as err:
-        raise AutotuneError(f"invalid ONNX model {source}: {first_line(err)}") from None
     outputs = [o.name for o in proto.graph.output]
     return ModelSpec(
         name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
@@ -479,6 +481,7 @@ def to_relax(spec: ModelSpec):
 
     proto, _ = unroll_recurrent(spec.proto)  # TVM has no LSTM/GRU/RNN converter
     refuse_frontend_gaps(proto, spec.source)  # nodes it would import, and compute otherwise
+    _refuse_foreign_domains(proto, spec.source)
     supported = set(_get_convert_map()) | {"Constant", "If"}
     missing = sorted({n.op_type for n in proto.graph.node} - supported)
     if missing:
@@ -488,6 +491,23 @@ def to_relax(spec: ModelSpec):
     opset = max((o.version for o in spec.proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
     with _TVM_IMPORT_LOCK:
         return _from_onnx(spec, proto, opset)
+
+
+#: The onnxruntime contrib operators (domain ``com.microsoft``) TVM's ONNX frontend has
+#: converters written for; it converts every node by its op type alone, whatever its domain.
+MICROSOFT_OPS = frozenset({"Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "Gelu", "SkipLayerNormalization"})
+
+
+def _refuse_foreign_domains(proto, source: str) -> None:
+    """Refuse a node of an operator set other than ONNX's: TVM's frontend reads only the op
+    type, so a custom ``com.example.Relu`` was compiled as ONNX's Relu, whatever it does."""
+    for node in proto.graph.node:
+        if node.domain in ("", "ai.onnx") or (node.domain == "com.microsoft" and node.op_type in MICROSOFT_OPS):
+            continue
+        raise AutotuneError(
+            f"{source}: node {node.name or node.output[0]!r} is {node.op_type} of the operator set {node.domain!r}, "
+            "not ONNX's; TVM's ONNX frontend would compile it as ONNX's operator of that name (or not at all)"
+        )
 
 
 def _from_onnx(spec: ModelSpec, proto, opset):

@@ -26,6 +26,7 @@ has no len()"). ONNX's version converter makes it a Resize, which imports right.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from autotune.errors import AutotuneError
@@ -71,11 +72,17 @@ def refuse_frontend_gaps(proto, source: str) -> None:
         if scales is None or shape is None or len(scales) != len(shape):
             continue
         mode = attrs["mode"].s.decode() if "mode" in attrs else "nearest"
+        try:
+            scales = [float(scale) for scale in scales]
+        except (TypeError, ValueError):
+            raise AutotuneError(f"{where} has scales that are not numbers ({scales.dtype})") from None
         for axis, (size, scale) in enumerate(zip(shape, scales)):
-            exact = size * float(scale)
+            if not (math.isfinite(scale) and scale > 0):  # NaN ended in round()'s ValueError
+                raise AutotuneError(f"{where} scales axis {axis} by {scale:g}: a scale must be a positive number")
+            exact = size * scale
             if abs(exact - round(exact)) > _WHOLE * max(1.0, exact):
                 raise AutotuneError(
-                    f"{where} ({mode}) scales axis {axis} of {size} by {float(scale):g}, which is no whole size "
+                    f"{where} ({mode}) scales axis {axis} of {size} by {scale:g}, which is no whole size "
                     f"({exact:g}); TVM's ONNX frontend would sample at the sizes' ratio instead of that scale "
                     "(give the output size as `sizes`, or a scale that divides)"
                 )

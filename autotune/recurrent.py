@@ -263,7 +263,11 @@ def _unroll(node, shapes: dict[str, tuple[int, ...]], constants: _Constants, b: 
 
     gates = GATES[op]
     w, r = constants.get(w_name), constants.get(r_name)
-    hidden = int(attrs.get("hidden_size") or r.shape[-1])
+    if w is None or r is None or np.ndim(w) != 3 or np.ndim(r) != 3:
+        raise refuse("its W and R must both be given, each of rank 3")
+    hidden = attrs.get("hidden_size", r.shape[-1])
+    if not isinstance(hidden, int) or hidden <= 0:  # a negative one ended in numpy's "negative dimensions"
+        raise refuse(f"hidden_size {hidden} is not a positive whole number")
     dtype = w.dtype
     bias = constants.get(b_name) if b_name else np.zeros((dirs, 2 * gates * hidden), dtype)
     if w.shape[:2] != (dirs, gates * hidden) or r.shape != (dirs, gates * hidden, hidden) or bias.shape != (

@@ -139,6 +139,8 @@ def load_inputs(path: str | os.PathLike, meta: dict[str, Any], casts: dict[str, 
             raise ValueError("it holds a single array (.npy), not an .npz of named arrays: save it with "
                              "numpy.savez(FILE, NAME=array), NAME the model's input")
         with data:
+            _check_names(data.files, meta["inputs"], str(path))
+            _check_stored_shapes(data, meta["inputs"], str(path))
             arrays = {name: data[name] for name in data.files}
     except FileNotFoundError:
         raise AutotuneError(f"inputs file not found: {path}") from None
@@ -148,6 +150,39 @@ def load_inputs(path: str | os.PathLike, meta: dict[str, Any], casts: dict[str, 
     return check_inputs(arrays, meta, source=str(path), casts=casts)
 
 
+def _check_names(names: list[str], want: Mapping[str, Any], source: str) -> None:
+    """Refuse inputs that are not exactly the module's."""
+    missing = [name for name in want if name not in names]
+    unknown = [name for name in names if name not in want]
+    if missing or unknown:
+        said = "; ".join(part for part in (
+            f"missing {', '.join(missing)}" if missing else "", f"unknown {', '.join(map(str, unknown))}" if unknown else "",
+        ) if part)
+        raise AutotuneError(f"{source}: the module takes {', '.join(want)} ({said})")
+
+
+def _check_stored_shapes(data, want: Mapping[str, Any], source: str) -> None:
+    """Refuse an array of another shape than the module's from its ``.npy`` header, before
+    numpy reads it: a header claiming 10^12 elements ended in MemoryError (numpy sizes the
+    array from the header, whatever the file holds)."""
+    from numpy.lib import format as npy
+
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    members = set(data.zip.namelist())
+    for name in data.files:
+        if f"{name}.npy" not in members:
+            raise AutotuneError(f"{source}: input {name} is not an array (an archive member named {name}.npy)")
+        with data.zip.open(f"{name}.npy") as fh:
+            reader = readers.get(npy.read_magic(fh))
+            if reader is None:  # a version without a public reader: numpy's own load judges it
+                continue
+            shape, _, dtype = reader(fh)
+        if dtype.hasobject:  # numpy's own load says so in its words; these say why
+            raise ValueError(f"input {name} is an array of Python objects, which would need unpickling (never done here)")
+        if list(shape) != [int(d) for d in want[name]["shape"]]:
+            raise AutotuneError(f"{source}: input {name} has shape {list(shape)}, the module takes {want[name]['shape']}")
+
+
 def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str = "inputs",
                  casts: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Exactly the module's inputs, each of its shape; a dtype numpy casts without loss
@@ -155,13 +190,7 @@ def check_inputs(arrays: Mapping[str, Any], meta: dict[str, Any], *, source: str
     noted in ``casts`` where given (``{"x": "int32 -> float32"}``): int data fed to a
     float module ran with no word of it."""
     want = meta["inputs"]
-    missing = [name for name in want if name not in arrays]
-    unknown = [name for name in arrays if name not in want]
-    if missing or unknown:
-        said = "; ".join(part for part in (
-            f"missing {', '.join(missing)}" if missing else "", f"unknown {', '.join(map(str, unknown))}" if unknown else "",
-        ) if part)
-        raise AutotuneError(f"{source}: the module takes {', '.join(want)} ({said})")
+    _check_names(list(arrays), want, source)
     out: dict[str, np.ndarray] = {}
     for name, info in want.items():
         array = np.asarray(arrays[name])

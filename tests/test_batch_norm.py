@@ -126,3 +126,43 @@ def test_a_conv_output_read_inside_a_subgraph_is_not_folded():
     folded, count = fold_into_conv(model)
     assert count == 0 and _ops(folded) == _ops(model)
     _same_outputs(model, folded)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda inits: inits.__setitem__(2, _init("bn_g", [5])),  # gamma of 5 for 6 channels
+    lambda inits: inits.__setitem__(5, _init("bn_v", [6, 1], low=0.1)),  # var of rank 2
+    lambda inits: inits.__setitem__(1, _init("bias", [3])),  # conv bias of 3
+    lambda inits: inits.__setitem__(0, numpy_helper.from_array(np.ones([6, 4, 3, 3], np.int32), "w")),  # int weights
+    lambda inits: inits.__setitem__(3, _init("bn_b", [])),  # a scalar beta
+], ids=["gamma-short", "var-rank-2", "bias-short", "int-weight", "scalar-beta"])
+def test_parameters_that_do_not_fit_the_conv_are_not_folded(damage):
+    """The checker passes initializers of any shape: the fold broadcast gamma [6, 1]
+    over 36 channels or ended in numpy's ValueError (18 of a fuzzing trial's cases)."""
+    inits = [_init("w", [6, 4, 3, 3]), _init("bias", [6])] + _bn_params("bn", 6)
+    damage(inits)
+    conv = helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1])
+    model = _model([conv, _bn("bn", "c", "y")], inits)
+    folded, count = fold_into_conv(model)
+    assert count == 0 and _ops(folded) == ["Conv", "BatchNormalization"]
+
+
+def test_a_fold_that_would_overflow_the_weights_type_is_not_made():
+    inits = [_init("w", [6, 4, 3, 3])] + _bn_params("bn", 6)
+    inits[1] = numpy_helper.from_array(np.full([6], 3e38, np.float32), "bn_g")  # w x 3e38 / sqrt(var) > float32 max
+    model = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), _bn("bn", "c", "y")], inits)
+    folded, count = fold_into_conv(model)
+    assert count == 0
+
+
+def test_a_malformed_batch_norm_is_one_line_before_any_fold(tmp_path):
+    """The fold ran before ONNX's checker, and read a batch norm of three inputs as one of
+    five (ValueError: not enough values to unpack)."""
+    from autotune import api
+    from autotune.errors import AutotuneError
+
+    inits = [_init("w", [6, 4, 3, 3])] + _bn_params("bn", 6)
+    bn = _bn("bn", "c", "y")
+    del bn.input[3:]
+    onnx.save(_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), bn], inits), tmp_path / "m.onnx")
+    with pytest.raises(AutotuneError, match="^invalid ONNX model .*m.onnx: "):
+        api.layers(str(tmp_path / "m.onnx"), batch_norm="weights")

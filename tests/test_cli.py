@@ -8,12 +8,14 @@ paths print parseable JSON / loadable files; ``import autotune.cli`` stays light
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import shutil
 import os
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -1696,7 +1698,13 @@ def test_run_on_the_users_inputs_and_save_outputs(capsys, env, dyn_model):
     np.savez(env / "kind.npz", x=np.zeros((2, 8), np.complex64))
     refused("kind.npz", "input x is complex64, the module takes float32")
     np.savez(env / "objects.npz", x=np.array([{"a": 1}, None], dtype=object))
-    refused("objects.npz", "cannot read inputs from objects.npz")
+    refused("objects.npz", "cannot read inputs from objects.npz", "never done here")
+    # a header claiming 10^12 elements: numpy sized the array from it, a MemoryError
+    header = io.BytesIO()
+    np.lib.format.write_array_header_2_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)})
+    with zipfile.ZipFile(env / "huge.npz", "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(64))
+    refused("huge.npz", "input x has shape [1000000, 1000000], the module takes [2, 8]")
     (env / "text.npz").write_text("not numpy")
     refused("text.npz", "cannot read inputs from text.npz", "no .npz or .npy header")  # numpy called it pickled data
     np.save(env / "single.npy", np.zeros((2, 8), np.float32))  # a bare array: a TypeError's traceback

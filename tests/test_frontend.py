@@ -864,6 +864,48 @@ def test_resizes_tvm_would_compute_otherwise_are_refused(tmp_path):
         assert api.run(module, check=str(path), repeat=1)["check"]["ok"], path.name
 
 
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -2.0, 0.0])
+def test_resize_scales_that_are_no_scale_are_refused(tmp_path, scale):
+    """A NaN scale ended in round()'s ValueError, in a traceback."""
+    from autotune import api
+    from autotune.errors import AutotuneError
+
+    path = tmp_path / "r.onnx"
+    _resize_model(path, mode="linear", scale=2.0)
+    model = onnx.load(path)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([1, 1, scale, 2], np.float32), "s"))
+    onnx.save(model, path)
+    with pytest.raises(AutotuneError, match=f"Resize 'y' scales axis 2 by {scale:g}: a scale must be a positive number"):
+        api.layers(str(path))
+
+
+def test_operators_of_other_sets_than_onnxs_are_refused(tmp_path):
+    """TVM's frontend converts a node by its op type alone: a custom com.example Relu
+    compiled as ONNX's Relu, whatever it computes."""
+    from autotune import api
+    from autotune.errors import AutotuneError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="mine", domain="com.example")], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]),
+              tmp_path / "custom.onnx")
+    with pytest.raises(AutotuneError, match="node 'mine' is Relu of the operator set 'com.example', not ONNX's"):
+        api.layers(str(tmp_path / "custom.onnx"))
+
+
+def test_a_model_with_no_outputs_is_refused(tmp_path):
+    """It compiled to an empty module that computed nothing, and said it was written."""
+    from autotune import api
+    from autotune.errors import AutotuneError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "none.onnx")
+    with pytest.raises(AutotuneError, match="none.onnx declares no graph outputs"):
+        api.layers(str(tmp_path / "none.onnx"))
+
+
 def test_onnxsims_warnings_of_nodes_it_cannot_fold_do_not_reach_the_user(tmp_path, capfd):
     """A causal mask built at run time (torch's scaled_dot_product_attention, is_causal):
     onnxsim printed "WARNING: failed to run "Equal" op" from C++ on every command."""

@@ -111,6 +111,16 @@ def test_what_is_not_unrolled_is_refused_in_one_line_naming_the_node(build, word
     assert "\n" not in message
 
 
+def test_a_hidden_size_that_is_no_size_is_refused():
+    """hidden_size -1 ended in numpy's "negative dimensions are not allowed"."""
+    for size in (-1, 0):
+        model, _ = _recurrent("LSTM")
+        (old,) = [a for a in model.graph.node[0].attribute if a.name == "hidden_size"]
+        model.graph.node[0].attribute.remove(old)
+        with pytest.raises(AutotuneError, match=f"^LSTM node 'encoder/rnn': hidden_size {size} is not a positive whole number"):
+            unroll_recurrent(_with(model, hidden_size=size))
+
+
 def test_peepholes_and_weights_computed_at_run_time_are_refused():
     model, _ = _recurrent("LSTM", initial=False)
     model.graph.node[0].input.extend(["", "", "P"])
