@@ -15,6 +15,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.table_layout import Column, fitted_table
+
 #: Op classes worth spending measurements on; the rest keep TVM's default schedule.
 #: Convolutions are classed by spatial rank (``conv1d``: speech, ``conv3d``: video) and
 #: kind, so history transfers only between like kernels: a conv1d's features (its
@@ -501,30 +503,41 @@ def _digest(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def format_table(layers: list[Layer], width: int = 200) -> str:
-    """Plain-text table for ``autotune layers`` (``width``: a terminal's, where it is one)."""
-    from rich.console import Console
-    from rich.table import Table
+#: The columns of ``autotune layers``' table, the ones left out first on a narrow terminal last.
+LAYER_COLUMNS = (
+    Column("#", keep=5), Column("layer", fold_at=20), Column("class", fold_at=10), Column("shapes", keep=3, fold_at=16),
+    Column("attrs", keep=9, fold_at=24), Column("epilogue", keep=6, fold_at=12), Column("MFLOP", justify="right"),
+    Column("KB", justify="right", keep=7), Column("x", justify="right", keep=4), Column("key", keep=8),
+)
 
-    table = Table(title=None, show_lines=False)
-    for col in ("#", "layer", "class", "shapes", "attrs", "epilogue", "MFLOP", "KB", "x", "key"):
-        table.add_column(col, overflow="fold")
+
+def format_table(layers: list[Layer], width: int | None = None) -> str:
+    """Plain-text table for ``autotune layers``: ``width``, a terminal's, where it is one;
+    where it is too narrow for every column, those read least are left out, and said so
+    (:mod:`autotune.table_layout`). A file or pipe gets every column at its width."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    rows = []
     for i, layer in enumerate(layers):
         shapes = " ".join(shape_text(s) for s in layer.inputs + layer.weights) + " -> " + shape_text(layer.output)
-        attrs = ", ".join(f"{k}={v}" for k, v in layer.attrs.items())
-        table.add_row(
+        rows.append([
             str(i),
             layer.name,
             layer.op_class + ("" if layer.tunable else " (default)"),
             shapes,
-            attrs,
+            ", ".join(f"{k}={v}" for k, v in layer.attrs.items()),
             "+".join(layer.epilogue),
             f"{layer.flops / 1e6:.1f}",
             f"{layer.bytes / 1024:.0f}",
             str(layer.occurrences),
             layer.workload_key[:10],
-        )
-    console = Console(width=width, record=True, force_terminal=False)
+        ])
+    rows = [[escape(cell) for cell in row] for row in rows]  # a layer named [red] is no markup
+    table, note = fitted_table(LAYER_COLUMNS, rows, width, title=None, show_lines=False)
+    console = Console(width=width or 200, record=True, force_terminal=False)
     with console.capture() as cap:
         console.print(table)
+        if note:
+            console.print(note, highlight=False, markup=False)
     return cap.get()
