@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import threading
 from contextlib import contextmanager
@@ -532,9 +533,9 @@ class HistoryStore:
     def _workload_from_row(self, row: Any) -> WorkloadInfo:
         with self._read_back("workload", row.key):
             return WorkloadInfo(
-                key=row.key,
-                batch_invariant_key=row.batch_invariant_key,
-                op_class=row.op_class,
+                key=_text(row, "key"),
+                batch_invariant_key=_text(row, "batch_invariant_key"),
+                op_class=_text(row, "op_class"),
                 descriptor=_json_of(row.descriptor_json, dict),
                 flops=_real(row.flops),
                 features=tuple(_real(f) for f in _json_of(row.features_json or "[]", list)),
@@ -547,9 +548,13 @@ class HistoryStore:
         of history files found some 150, from `history ls` to a tune)."""
         try:
             yield
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise HistoryError(f"history at {self.location} holds a {what} it cannot read ({ident}): "
-                               f"{str(exc)[:120]}; was the file edited by hand?") from None
+        except _UNREADABLE as exc:
+            raise self._unreadable(what, ident, exc) from None
+
+    def _unreadable(self, what: str, ident: Any, exc: BaseException) -> HistoryError:
+        """:meth:`_read_back`'s line, for a reader that cannot afford a context per row."""
+        return HistoryError(f"history at {self.location} holds a {what} it cannot read ({ident}): "
+                            f"{str(exc)[:120]}; was the file edited by hand?")
 
     def workloads(self, op_class: str | None = None) -> list[WorkloadInfo]:
         """All workloads (of one operator class), in registration order.
@@ -582,17 +587,12 @@ class HistoryStore:
         t = schema.targets
         with self._read() as conn:
             rows = conn.execute(select(t).order_by(t.c.id)).all()
-        return [
-            TargetInfo(
-                kind=r.kind,
-                arch=r.arch,
-                device_name=r.device_name,
-                driver_version=r.driver_version,
-                runtime_version=r.runtime_version,
-                tvm_version=r.tvm_version,
-            )
-            for r in rows
-        ]
+        return [self._target_from_row(r) for r in rows]
+
+    def _target_from_row(self, row: Any) -> TargetInfo:
+        with self._read_back("target", row.key):
+            return TargetInfo(**{name: _text(row, name) for name in
+                                 ("kind", "arch", "device_name", "driver_version", "runtime_version", "tvm_version")})
 
     # ----------------------------------------------------------------- records
 
@@ -724,11 +724,11 @@ class HistoryStore:
                 raise TypeError(f"status {row.status!r}")
             return Record(
                 id=int(row.id),
-                workload_key=row.workload_key,
-                batch_invariant_key=row.batch_invariant_key,
-                op_class=row.op_class,
-                target_key=row.target_key,
-                space_id=row.space_id,
+                workload_key=_text(row, "workload_key"),
+                batch_invariant_key=_text(row, "batch_invariant_key"),
+                op_class=_text(row, "op_class"),
+                target_key=_text(row, "target_key"),
+                space_id=_text(row, "space_id"),
                 config=_json_of(row.config_json, dict),
                 latency_median=None if row.latency_median is None else _real(row.latency_median),
                 latency_mean=None if row.latency_mean is None else _real(row.latency_mean),
@@ -736,13 +736,13 @@ class HistoryStore:
                 repeats=int(row.repeats),
                 samples=tuple(_real(s) for s in _json_of(row.samples_json or "[]", list)),
                 status=row.status,
-                error=row.error,
+                error=_text(row, "error", nullable=True),
                 verified=None if row.verified is None else bool(row.verified),
-                run_id=row.run_id,
-                tuner=row.tuner,
-                created_at=row.created_at,
+                run_id=_text(row, "run_id", nullable=True),
+                tuner=_text(row, "tuner"),
+                created_at=_text(row, "created_at"),
                 twin=bool(row._mapping.get("twin")),
-                timing=row._mapping.get("timing") or RECORD_TIMINGS[0],
+                timing=_text(row, "timing", nullable=True) or RECORD_TIMINGS[0],
             )
 
     @staticmethod
@@ -1050,19 +1050,28 @@ class HistoryStore:
         )
         if target_key is not None:
             query = query.where(t.c.key == target_key)
-        rows = conn.execute(query).all()
-        return [
-            {
-                "workload_key": row.workload_key,
-                "op_class": row.op_class,
-                "target_key": row.target_key,
-                "n_records": int(row.n_records),
-                "n_ok": int(row.n_ok or 0),
-                "best_latency": row.best_latency,
-                "best_record_id": None if row.best_record_id is None else int(row.best_record_id),
-            }
-            for row in rows
-        ]
+        return [self._summary_from_row(row) for row in conn.execute(query).all()]
+
+    def _summary_from_row(self, row: Any) -> dict[str, Any]:
+        """One of :meth:`summary`'s rows, its values checked as a record's are read: SQLite
+        ranks text above every number, so a median edited to 'abc' passed the query as a
+        layer's best and reached `history ls` (a fuzzing trial's traceback). No
+        :meth:`_read_back` here: two contexts a row were a tenth of a summary's time."""
+        try:
+            names = {name: _text(row, name) for name in ("workload_key", "op_class", "target_key")}
+        except _UNREADABLE as exc:
+            raise self._unreadable("workload", row.workload_key, exc) from None
+        try:
+            best = None if row.best_latency is None else _real(row.best_latency)
+        except _UNREADABLE as exc:
+            raise self._unreadable("record", f"id {row.best_record_id}", exc) from None
+        return {
+            **names,
+            "n_records": int(row.n_records),
+            "n_ok": int(row.n_ok or 0),
+            "best_latency": best,
+            "best_record_id": None if row.best_record_id is None else int(row.best_record_id),
+        }
 
     # -------------------------------------------------------------------- runs
 
@@ -1141,15 +1150,16 @@ class HistoryStore:
     def _run_from_row(self, row: Any) -> dict[str, Any]:
         with self._read_back("run", row.id):
             return {
-                "run_id": row.id,
-                "model": row.model,
-                "target_key": row.target_key,
-                "tuner": row.tuner,
+                "run_id": _text(row, "id"),
+                "model": _text(row, "model"),
+                "target_key": _text(row, "target_key"),
+                "tuner": _text(row, "tuner"),
                 "params": _json_of(row.params_json, dict),
-                "status": row.status,
-                "started_at": row.started_at,
-                "finished_at": row.finished_at,
-                "summary": json.loads(row.summary_json) if row.summary_json else None,
+                "status": _text(row, "status"),
+                "started_at": _text(row, "started_at"),
+                "finished_at": _text(row, "finished_at", nullable=True),
+                # as :meth:`finish_run` writes it: bytes there passed json.loads
+                "summary": _json_of(row.summary_json, dict) if row.summary_json not in (None, "") else None,
                 "n_records": int(row.n_records or 0),
             }
 
@@ -1226,6 +1236,10 @@ def open_history(
     return HistoryStore(location, create=create, readonly=readonly)
 
 
+#: What reading a row this code did not write raises (OverflowError: int() of SQLite's 1e999).
+_UNREADABLE = (ValueError, TypeError, OverflowError, RecursionError)
+
+
 def _json_of(text: Any, kind: type) -> Any:
     """A JSON column's value, of the kind this code writes there (TypeError otherwise)."""
     if not isinstance(text, str):
@@ -1237,7 +1251,23 @@ def _json_of(text: Any, kind: type) -> Any:
 
 
 def _real(value: Any) -> float:
-    """A number column's value as a float: text or bytes there are no number (float() took "1.5")."""
+    """A number column's value as a float: text or bytes there are no number (float() took
+    "1.5"), nor is infinity (SQLite's 1e999) one this code writes: JSON has none, and an
+    export of it ended in json's ValueError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{type(value).__name__} {str(value)[:40]!r} where a number belongs")
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} where a finite number belongs")
     return float(value)
+
+
+def _text(row: Any, column: str, *, nullable: bool = False) -> str | None:
+    """A text column's value as this code writes it, naming the column where it is not:
+    bytes there (a BLOB edited in, ``X'616263'``) reached exports and listings, which
+    ended in json's "Object of type bytes is not JSON serializable"."""
+    value = getattr(row, column, None)  # a file from before the column (timing) has none
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{column}: {type(value).__name__} {str(value)[:40]} where text belongs")
+    return value

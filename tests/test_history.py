@@ -9,6 +9,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -1472,3 +1473,135 @@ def test_a_row_edited_by_hand_is_one_error_naming_it(tmp_path: Path, sql: str) -
         with pytest.raises(HistoryError, match=r"holds a (record|workload) it cannot read .*edited by hand"):
             store.records()
             store.workloads()
+
+
+def _gzip_damaged(how: str, data: bytes) -> bytes:
+    """``data`` (a gzip file) damaged as a copy cut short or a bad disk leaves it."""
+    if how == "deflate":  # header intact, the compressed stream flipped: zlib.error, not OSError
+        return data[:20] + bytes(b ^ 0xFF for b in data[20:60]) + data[60:]
+    if how == "truncated":
+        return data[: len(data) // 2]
+    return data[:-8] + bytes(b ^ 1 for b in data[-8:-4]) + data[-4:]  # the CRC
+
+
+@pytest.mark.parametrize("how", ["deflate", "truncated", "crc"])
+def test_a_damaged_gzip_export_is_one_line_and_history_is_unchanged(tmp_path: Path, capsys, how: str) -> None:
+    """A fuzzing trial: a gzip export whose deflate stream was damaged ended `history
+    import` in zlib.error's traceback (only OSError and EOFError were caught)."""
+    from autotune.cli import main
+
+    path = tmp_path / "h.db"
+    with populated(path) as store:
+        export_json(store, tmp_path / "e.json.gz")
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(_gzip_damaged(how, (tmp_path / "e.json.gz").read_bytes()))
+    before = file_sha(path)
+    assert main(["history", "import", str(bad), "--history", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"autotune: error: cannot import {bad}: a damaged gzip file"), err
+    assert file_sha(path) == before
+    with open_history(path) as store, pytest.raises(HistoryError, match="a damaged gzip file"):
+        import_json(store, bad)
+    if how == "deflate":  # nor is a file whose start cannot be read taken for an earlier export to write over
+        assert main(["history", "export", str(bad), "--history", str(path)]) == 2
+        assert "it is not an earlier export" in capsys.readouterr().err
+
+
+#: Where a lone surrogate ("\ud800" in the JSON text) may sit in an export, and the field
+#: the refusal names.
+SURROGATES: dict[str, tuple[Callable[[dict], None], str]] = {
+    "run-model": (lambda d: d["runs"][0].update(model="m\ud800"), r"runs\[0\]\.model"),
+    "run-id": (lambda d: d["runs"][0].update(run_id="\udfff"), r"runs\[0\]\.run_id"),
+    "run-params-key": (lambda d: d["runs"][0]["params"].update({"\ud800": 1}), r"runs\[0\]\.params: a key \('\\ud800'\)"),
+    "record-space": (_set("records", 0, "space_id", "\ud800"), r"records\[0\]\.space_id"),
+    # a backslash and "ud800", then a low half alone: no pair, though the text reads as one
+    "record-error": (_set("records", 2, "error", "\\ud800\udc00"), r"records\[2\]\.error"),
+    "record-config": (lambda d: d["records"][1]["config"].update(tile=["\ud800"]), r"records\[1\]\.config\.tile\[0\]"),
+    "workload-descriptor": (lambda d: d["workloads"][0]["descriptor"].update(name="\udc80"),
+                            r"workloads\[0\]\.descriptor\.name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SURROGATES))
+def test_an_import_holding_a_lone_surrogate_leaves_both_files_byte_for_byte(tmp_path: Path, capsys, case: str) -> None:
+    """A fuzzing trial: a run's model name of "\\ud800" was refused inside the import's
+    transaction (sqlite3 cannot encode it), rolled back, but opening the history to
+    write had changed its header's bytes; a new history was left behind, and the
+    refusal was UnicodeEncodeError's traceback."""
+    from autotune.cli import main
+
+    mutate, field = SURROGATES[case]
+    path = tmp_path / "h.db"
+    with populated_with_run(path) as store:
+        buf = io.StringIO()
+        export_json(store, buf)
+    doc = json.loads(buf.getvalue())
+    for rec in doc["records"]:  # records history lacks, and a run it lacks: each is written
+        rec["created_at"] = "2030-01-01T00:00:00+00:00"
+    doc["runs"][0]["run_id"] = "r2"
+    mutate(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))  # ensure_ascii: the text holds \ud800, as a hand or a tool writes it
+    before = file_sha(path), file_sha(bad)
+    for history_path in (path, tmp_path / "new.db"):
+        assert main(["history", "import", str(bad), "--history", str(history_path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err, err
+        assert re.search(rf"cannot import {re.escape(str(bad))}: {field}.* holds a lone surrogate.*nothing was imported", err), err
+    assert (file_sha(path), file_sha(bad)) == before
+    assert not (tmp_path / "new.db").exists()
+    counts = table_counts(path)
+    with open_history(path) as store, pytest.raises(HistoryError, match=field):
+        import_json(store, doc)  # the parsed document, in hand
+    assert table_counts(path) == counts
+
+
+def test_an_export_with_a_surrogate_pair_still_imports(tmp_path: Path) -> None:
+    """A model named with an emoji is written "\\ud83d\\ude00" (ensure_ascii): a pair, no lone surrogate."""
+    with populated(tmp_path / "h.db") as store:
+        store.start_run("r9", model="net\U0001F600", target_key=GPU.key, tuner="random", params={})
+        store.finish_run("r9", "finished", {})
+        export_json(store, tmp_path / "e.json")
+    assert "\\ud83d\\ude00" in (tmp_path / "e.json").read_text()
+    with open_history(tmp_path / "fresh.db") as fresh:
+        assert import_json(fresh, tmp_path / "e.json")["runs_added"] == 1
+        assert fresh.run("r9")["model"] == "net\U0001F600"
+
+
+def test_history_ls_over_a_median_stored_as_text_names_the_record(tmp_path: Path, capsys) -> None:
+    """A fuzzing trial: a median edited to 'abc' passed ls's summary query (SQLite ranks
+    text above every number) and ended in format_latency's TypeError."""
+    from autotune.cli import main
+
+    path = tmp_path / "h.db"
+    populated(path).close()
+    edit_file(path, "UPDATE records SET latency_median = 'abc'")
+    for argv in (["history", "ls"], ["history", "ls", "--json"]):
+        assert main([*argv, "--history", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and re.search(r"holds a record it cannot read \(id \d+\).*edited by hand", err), err
+    with open_history(path, readonly=True) as store, pytest.raises(HistoryError, match=r"record it cannot read \(id"):
+        store.summary()
+
+
+@pytest.mark.parametrize("sql, what", [
+    ("UPDATE runs SET model = X'616263'", r"run it cannot read \(r1\): model: bytes"),
+    ("UPDATE records SET space_id = X'ff' WHERE id = 2", r"record it cannot read \(id 2\): space_id: bytes"),
+    ("UPDATE targets SET tvm_version = X'00'", r"target it cannot read \(cuda:sm_90:NVIDIA H100\): tvm_version: bytes"),
+    # met first in the records joined to it
+    ("UPDATE workloads SET op_class = X'616263'", r"record it cannot read \(id 1\): op_class: bytes b'abc' where text"),
+    ("UPDATE records SET latency_mean = 1e999", r"record it cannot read \(id \d+\): .*inf"),
+    ("UPDATE records SET repeats = 1e999", r"record it cannot read \(id \d+\)"),
+])
+def test_history_export_over_a_value_of_the_wrong_type_names_the_row(tmp_path: Path, capsys, sql: str, what: str) -> None:
+    """A fuzzing trial: a run's model stored as bytes (a BLOB) ended `history export` in
+    json's "Object of type bytes is not JSON serializable"; no export is left behind."""
+    from autotune.cli import main
+
+    path = tmp_path / "h.db"
+    populated_with_run(path).close()
+    edit_file(path, sql)
+    assert main(["history", "export", str(tmp_path / "e.json"), "--history", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and re.search(what, err) and err.endswith("was the file edited by hand?"), err
+    assert not (tmp_path / "e.json").exists()
