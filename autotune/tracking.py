@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import logging
 import math
 import os
@@ -33,6 +34,10 @@ Status = Literal["FINISHED", "FAILED", "KILLED"]
 DEFAULT_EXPERIMENT = "autotune"
 DB_NAME = "mlflow.db"
 PARENT_TAG = "mlflow.parentRunId"
+NOTE_TAG = "mlflow.note.content"  # what MLflow's UI shows as a run's Description
+#: Params of the parent run also set as ``autotune.<name>`` tags on it and on every layer's
+#: run: params are the parent's alone, so a layer's run could not be found by model or target
+CONTEXT_KEYS = ("model", "target", "device")
 _PARAM_MAX = 6000  # MLflow's limit on a param value's length
 _FLUSH_EVERY = 200  # buffered metrics before a batch write
 _FLUSH_SECONDS = 5.0
@@ -131,6 +136,30 @@ def _fast_fail_http(uri: str) -> contextlib.AbstractContextManager[None]:
     return env_defaults(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
 
 
+@contextlib.contextmanager
+def _env_forced(**values: str) -> Iterator[None]:
+    """Set environment variables for the block, the user's own too, and put them back after."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def _one_try_http(uri: str) -> contextlib.AbstractContextManager[None]:
+    """One try, in seconds, for a remote store that has just failed a write after all its
+    retries (MLflow's default is about four minutes of them): the user's setting included,
+    since that allowance has just been spent. A local store is left as it is."""
+    if not uri.startswith(("http://", "https://")):
+        return contextlib.nullcontext()
+    return _env_forced(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+
+
 def open_client(uri: str | None = None, *, writing: bool = False) -> tuple["MlflowClient", str]:
     """An MlflowClient on the resolved store, created if local; AutotuneError if it cannot
     be opened (``writing``: or written, as a tune's tracking does)."""
@@ -196,11 +225,14 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
     params: dict[str, Any] = {}
     if report.get("model") is not None:
         params["model"] = report["model"]
+    # the file (or zoo:NAME) tuned: two files named model.onnx were both "model"
+    params["model_source"] = report.get("model_source")
     target = report.get("target")
     if isinstance(target, Mapping):
         params["target"] = target.get("kind")
         params["target_arch"] = target.get("arch")
         params["device"] = target.get("device_name")
+        params["target_config"] = _target_config(target.get("config"))
     elif target is not None:
         params["target"] = target
     for key in ("budget", "budget_split", "probes", "history", "tuner", "batch_norm"):
@@ -222,12 +254,102 @@ def report_params(report: Mapping[str, Any]) -> dict[str, str]:
         flat = {**{k: v for k, v in options.items() if k != "measure"}, **(options.get("measure") or {})}
         for key, value in flat.items():
             if key not in params and key != "trials":  # trials is the budget
-                params[key] = value
+                params[key] = _option_text(value)
     versions = report.get("versions")
     if isinstance(versions, Mapping):
         for name, version in versions.items():
             params[f"{name}_version"] = version
     return {k: str(v) for k, v in params.items() if v is not None}
+
+
+def _target_config(config: Any) -> str | None:
+    """The whole TVM target as compact JSON with sorted keys: the kind and arch params left
+    out what else changes every timing (``num-cores``, ``mattr``, a GPU's limits)."""
+    if not isinstance(config, Mapping):
+        return None
+    return json.dumps(_clean_value(config), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _option_text(value: Any) -> Any:
+    """An option's param value; None (``max_layers``: every layer; ``rpc``: this machine) as
+    "None" rather than no key, so every run has every option's column and a frame of runs
+    compares (and groups) a left default beside a given value instead of NaN."""
+    return "None" if value is None else value
+
+
+def context_tags(params: Mapping[str, Any]) -> dict[str, str]:
+    """``autotune.model``/``target``/``device`` tags from a run's params, for the parent and
+    every layer's run: filtering layers of one model across runs needs them on the layer."""
+    return {f"autotune.{key}": str(params[key]) for key in CONTEXT_KEYS if params.get(key) is not None}
+
+
+def _tuned_what(model: Any, source: Any, target: Any, arch: Any, device: Any) -> str:
+    """"`dqn` (zoo:dqn) on llvm znver4 (AMD-EPYC)": markdown, as MLflow renders a note,
+    names in backticks so a model_name_with_underscores is not read as emphasis."""
+    text = f"`{model or '?'}`"
+    if source and source != model:
+        text += f" (`{source}`)"
+    where = " ".join(str(part) for part in (target, arch) if part)
+    if where:
+        text += f" on {where}"
+    if device:
+        text += f" ({device})"
+    return text
+
+
+def start_note(params: Mapping[str, Any]) -> str:
+    """The run's description from its start: what is tuned, where, with what budget. A run
+    stopped before its report keeps it (its status says it stopped)."""
+    text = "Tuning " + _tuned_what(params.get("model"), params.get("model_source"), params.get("target"),
+                                   params.get("target_arch"), params.get("device"))
+    extras = [f"budget {params['budget']} trials" if params.get("budget") is not None else None,
+              f"tuner {params['tuner']}" if params.get("tuner") is not None else None]
+    extras = [e for e in extras if e]
+    return text + (": " + ", ".join(extras) if extras else "") + "."
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def trials_used(report: Mapping[str, Any]) -> int:
+    """Trials measured in this run, all layers together (the budget is what was allowed)."""
+    layers = report.get("layers") or []
+    return sum(int(_number(layer.get("trials")) or 0) for layer in layers if isinstance(layer, Mapping))
+
+
+def report_note(report: Mapping[str, Any]) -> str:
+    """The finished run's description, the line a user reads in MLflow's run list and run
+    page: what was tuned, the model's latency before and after, the trials spent."""
+    from autotune.progress import format_latency
+
+    target = report.get("target")
+    kind, arch, device = ((target.get("kind"), target.get("arch"), target.get("device_name"))
+                          if isinstance(target, Mapping) else (target, None, None))
+    text = _tuned_what(report.get("model"), report.get("model_source"), kind, arch, device) + ": "
+    before, after = _number(report.get("model_latency_before")), _number(report.get("model_latency_after"))
+    if before and after:
+        text += f"model latency {format_latency(before)} -> {format_latency(after)} ({before / after:.2f}x)"
+    else:
+        text += "model latency not timed"
+    text += f", {trials_used(report)}"
+    if report.get("budget") is not None:
+        text += f" of {report['budget']}"
+    text += " trials"
+    if report.get("tuner") is not None:
+        text += f", tuner {report['tuner']}"
+    changed = _number(report.get("model_layers_changed"))
+    if changed is not None:  # of the model's layers: with --max-layers the report lists fewer
+        of = _number(report.get("tunable_layers"))
+        text += f"; {int(changed)} of {int(of) if of is not None else len(report.get('layers') or [])} layers changed"
+    text += "."
+    if report.get("run_id"):
+        text += f" autotune run `{report['run_id']}`."
+    return text
 
 
 class Tracker:
@@ -345,6 +467,8 @@ class MlflowTracker(Tracker):
         self.layer_runs: dict[str, str] = {}  # layer name -> nested run id
         self.stepped_runs: set[str] = set()  # runs that received per-trial best_latency_ms
         self._ended = False
+        self._context: dict[str, str] = {}  # context_tags of the parent, set on every layer's run too
+        self._failed = False  # a store call failed: ending the runs is then tried once (see end)
         with self._guard("open experiment " + repr(experiment)), _fast_fail_http(self.uri):
             self.experiment_id = self._experiment_id(experiment)
 
@@ -355,8 +479,10 @@ class MlflowTracker(Tracker):
             with _quiet_mlflow():
                 yield
         except AutotuneError:
+            self._failed = True
             raise
         except Exception as exc:
+            self._failed = True
             raise AutotuneError(f"MLflow tracking ({self.uri}) failed to {action}: {_one_line(exc)}") from None
 
     def _experiment_id(self, name: str) -> str:
@@ -406,8 +532,10 @@ class MlflowTracker(Tracker):
     def start(self, run_name: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> str:
         if self._parent is not None:
             raise AutotuneError("internal error: MLflow tracker started twice")
+        self._context = context_tags(params or {})
+        note = {NOTE_TAG: start_note(params)} if params else {}
         with self._guard("start a run"):
-            self._parent = self._create_run(run_name, tags or {})
+            self._parent = self._create_run(run_name, {**self._context, **note, **(tags or {})})
         if params:
             self.log_params(params)
         return self._parent
@@ -436,7 +564,8 @@ class MlflowTracker(Tracker):
             raise AutotuneError("internal error: MLflow tracker layer() before start()")
         self.flush()
         with self._guard(f"start the run of layer {name}"):
-            run_id = self._create_run(name, {**(tags or {}), PARENT_TAG: self._parent, "autotune.layer": name})
+            # not the parent's autotune.run_id: `report RUN` finds the parent by it
+            run_id = self._create_run(name, {**self._context, **(tags or {}), PARENT_TAG: self._parent, "autotune.layer": name})
         self.layer_runs[name] = run_id
         self._open.append(run_id)
         if params:
@@ -573,13 +702,16 @@ class MlflowTracker(Tracker):
             self._ended = True
             return
         self._ended = True
-        self.flush()
-        with self._guard("end the run"):
-            for run in dict.fromkeys(reversed(self._stack + self._open)):
-                self._client.set_terminated(run, status)
-            self._stack.clear()
-            self._open.clear()
-            self._client.set_terminated(self._parent, status)
+        # after a store failure a server lost mid-tune is waited out once, not twice: the
+        # FAILED end that follows waited MLflow's minutes of retries again before the error
+        with _one_try_http(self.uri or "") if self._failed else contextlib.nullcontext():
+            self.flush()
+            with self._guard("end the run"):
+                for run in dict.fromkeys(reversed(self._stack + self._open)):
+                    self._client.set_terminated(run, status)
+                self._stack.clear()
+                self._open.clear()
+                self._client.set_terminated(self._parent, status)
 
 
 def layer_params(layer: Mapping[str, Any]) -> dict[str, Any]:
@@ -638,7 +770,8 @@ def finish_with_report(tracker: Tracker, report: Mapping[str, Any], out_dir: str
     data = dict(report)
     if tracker.enabled:
         if tracker.run_id is None:
-            tracker.start(str(report.get("model") or "autotune"))
+            # with its params: the run's tags and description, and its layers' tags, come from them
+            tracker.start(str(report.get("model") or "autotune"), report_params(report))
         if not data.get("run_id"):
             data["run_id"] = tracker.run_id
     paths = write_artifacts(data, out_dir)
@@ -661,6 +794,10 @@ def finish_with_report(tracker: Tracker, report: Mapping[str, Any], out_dir: str
     if isinstance(twins, Mapping):
         for kind, count in twins.items():
             tracker.log_metric(f"measure_twins_{kind}", count)
+    # the budget is a param; what was spent of it, and what it changed, were in no number
+    tracker.log_metric("trials_used", trials_used(report))
+    tracker.log_metric("model_layers_changed", report.get("model_layers_changed"))
+    tracker.set_tags({NOTE_TAG: report_note(report)})
 
     from autotune.report import summary_rows
 

@@ -414,3 +414,123 @@ def test_import_does_not_load_heavy_modules() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_params_name_the_model_file_the_whole_target_and_unset_options(tmp_path: Path) -> None:
+    """Two files both named model.onnx read alike ("model"); the target's num-cores and mcpu,
+    which change every timing, were nowhere; an option left at None (max_layers: every
+    layer) had no key, so a frame of two runs held NaN beside 3 and grouped it away."""
+    report = make_report()
+    report["model_source"] = "/data/a/resnet18.onnx"
+    report["target"]["config"] = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+    report["options"] = {"trials": 64, "seed": 0, "max_layers": None, "measure": {"repeat": 5, "rpc": None}}
+    params = report_params(report)
+    assert params["model"] == "resnet18" and params["model_source"] == "/data/a/resnet18.onnx"
+    assert json.loads(params["target_config"]) == {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+    assert params["max_layers"] == "None" and params["rpc"] == "None"
+    assert params["seed"] == "0" and params["repeat"] == "5" and "trials" not in params
+
+
+def test_runs_carry_filterable_tags_a_description_and_trials_used(store: str, tmp_path: Path) -> None:
+    """A layer's run could not be found by model or target (only its parent had them, as
+    params); the parent had no description (mlflow.note.content, the UI's "Description");
+    the trials a run spent were in no number of the parent."""
+    report = make_report()
+    report["model_source"] = "zoo:resnet18"
+    report["model_layers_changed"] = 2
+    report["tunable_layers"] = 3  # --max-layers 2: the report lists two of the model's three
+    with Tracker.create(True, store) as tracker:
+        tracker.start("tune-resnet18", report_params(report), {"autotune.run_id": "abcdef123456"})
+        with tracker.layer("fused_conv2d_add_relu", params={"tuner": "random"}):
+            tracker.log_trial(1, 0.0009)
+        finish_with_report(tracker, report, tmp_path / "out")
+        run_id = tracker.run_id
+    client = client_for(store)
+    parent = client.get_run(run_id)
+    tags = parent.data.tags
+    assert (tags["autotune.model"], tags["autotune.target"], tags["autotune.device"]) == ("resnet18", "llvm", "Test CPU 9000")
+    note = tags["mlflow.note.content"]
+    assert "resnet18" in note and "llvm" in note and "12.300 ms" in note and "8.100 ms" in note and "1.52x" in note
+    assert "8 of 64 trials" in note and "2 of 3 layers changed" in note
+    assert parent.data.metrics["trials_used"] == 8 and parent.data.metrics["model_layers_changed"] == 2
+    kids = children_of(client, run_id)
+    assert set(kids) == {"fused_conv2d_add_relu", "fused_dense_add"}  # one live, one made by the report
+    for kid in kids.values():
+        assert kid.data.tags["autotune.model"] == "resnet18" and kid.data.tags["autotune.target"] == "llvm"
+        assert "autotune.run_id" not in kid.data.tags  # `report RUN` finds the parent by it
+    found = client.search_runs([parent.info.experiment_id], filter_string=(
+        f"tags.`autotune.model` = 'resnet18' and tags.`mlflow.parentRunId` = '{run_id}'"))
+    assert len(found) == 2
+
+
+def test_a_run_started_by_the_report_alone_is_described_and_tagged(store: str, tmp_path: Path) -> None:
+    """finish_with_report on a tracker not yet started (the API's path) made a run with no
+    params until its end and its layer runs without the model's tags."""
+    with Tracker.create(True, store) as tracker:
+        finish_with_report(tracker, make_report(), tmp_path / "out")
+    client = client_for(store)
+    parent = client.get_run(tracker.run_id)
+    assert parent.data.tags["autotune.model"] == "resnet18"
+    assert "resnet18" in parent.data.tags["mlflow.note.content"]
+    assert all(k.data.tags["autotune.target"] == "llvm" for k in children_of(client, tracker.run_id).values())
+
+
+@pytest.fixture()
+def failing_server() -> Any:
+    """A tracking server that opens the experiment and creates runs, then answers every other
+    request 503 (as a server behind a proxy does when it goes down mid-tune)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if "/experiments/get-by-name" in self.path:
+                self._answer(200, {"experiment": {"experiment_id": "1", "name": "autotune", "lifecycle_stage": "active"}})
+            else:
+                self._answer(503, {})
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path.endswith("/runs/create"):
+                info = {"run_id": "f" * 32, "experiment_id": "1", "status": "RUNNING", "start_time": 1, "lifecycle_stage": "active"}
+                self._answer(200, {"run": {"info": info, "data": {}}})
+            else:
+                self._answer(503, {})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_ending_after_the_store_failed_does_not_wait_out_the_retries_again(failing_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server lost mid-tune: the write that found it gone had MLflow's retries (minutes by
+    default); ending the runs as FAILED then waited them out once more before the user saw
+    the error. After a store failure, the end is tried once."""
+    import time
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # the user's: ~4 s of backoff
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "2")
+    tracker = Tracker.create(True, failing_server)
+    tracker.start("m")
+    t0 = time.monotonic()
+    with pytest.raises(AutotuneError, match="failed to log metrics"):
+        tracker.log_metric("x", 1.0, 1)
+        tracker.flush()
+    retried = time.monotonic() - t0
+    assert retried > 3  # the user's retries were honoured for the write itself
+    t0 = time.monotonic()
+    with pytest.raises(AutotuneError, match="failed to end the run"):
+        tracker.end("FAILED")
+    assert time.monotonic() - t0 < retried / 2
