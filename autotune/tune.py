@@ -309,7 +309,9 @@ class TuneSession:
         self.decomposition = layers
         from autotune.tracking import report_params
 
-        self.tracker.start(f"tune-{spec.name}", params=report_params(report), tags={"autotune.run_id": self.run_id})
+        # named by the target too: runs of one model on an H100 and a CPU listed alike in MLflow's table
+        self.tracker.start(f"tune-{spec.name}-{self.target.kind}", params=report_params(report),
+                           tags={"autotune.run_id": self.run_id})
         self.tracker.mark_killed(close_stale_runs(self.store))
         hint = history_layering_hint(self.store, spec, target_key=self.target.key, batch_norm=opts.batch_norm)
         if hint:

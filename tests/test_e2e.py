@@ -373,6 +373,7 @@ def test_mlflow_run_recorded(tuned, workdir):
     client = MlflowClient(tracking_uri=f"sqlite:///{mlruns}")
     run = client.get_run(report["mlflow_run_id"])
     assert run.data.params["model"] == "small"
+    assert run.data.tags["mlflow.runName"] == "tune-small-llvm"  # MLflow's table tells targets apart
     # the shapes tuned and the batch read (a zoo model at --size 36 and 44 read alike)
     assert (run.data.params["input_shapes"], run.data.params["batch_size"]) == ("input=1x3x32x32", "1")
     assert report["inputs"] == {"input": {"shape": [1, 3, 32, 32], "dtype": "float32"}}
