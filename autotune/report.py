@@ -13,13 +13,17 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from autotune.errors import AutotuneError
+from autotune.errors import INT64_MAX, AutotuneError
 from autotune.roofline import BUSY_LOAD, Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
 from autotune.progress import format_latency
+
+if TYPE_CHECKING:
+    from autotune.history import HistoryStore
 
 REPORT_JSON = "report.json"
 REPORT_CSV = "report.csv"
@@ -183,12 +187,12 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
         nbytes = _num(layer.get("bytes"))
         speedup = _num(layer.get("speedup"))
         if speedup is None and best and default:
-            speedup = default / best
-        share = weight / total if total > 0 and best is not None else None
-        achieved = achieved_flops(flops, best)
+            speedup = _num(default / best)
+        share = _num(weight / total) if total > 0 and best is not None else None
+        achieved = _num(achieved_flops(flops, best))
         fraction = None
         if peaks is not None and achieved is not None and best:
-            fraction = roofline_fraction(flops or 0.0, nbytes or 0.0, best, peaks.peak_flops, peaks.memory_bw(nbytes or 0.0))
+            fraction = _roofline(flops or 0.0, nbytes or 0.0, best, peaks)
         rows.append(
             {
                 "name": layer.get("name"),
@@ -207,8 +211,8 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
                 "nearest": _nearest_relation(layer.get("match")),
                 # no budget reached it; its winner at another batch size, timed here, is its best
                 "other_batch_winner": bool(isinstance(layer.get("other_batch"), Mapping) and layer["other_batch"].get("applied")),
-                "best_latency_ms": None if best is None else best * 1e3,
-                "default_latency_ms": None if default is None else default * 1e3,
+                "best_latency_ms": None if best is None else _num(best * 1e3),
+                "default_latency_ms": None if default is None else _num(default * 1e3),
                 "speedup": speedup,
                 "share": share,
                 "gflops": None if achieved is None else achieved / 1e9,
@@ -216,6 +220,15 @@ def summary_rows(report: Mapping[str, Any], peaks: Peaks | None = None) -> list[
             }
         )
     return rows
+
+
+def _roofline(flops: float, nbytes: float, best: float, peaks: Peaks) -> float | None:
+    """The layer's roofline fraction, or None where its figures leave no roof above zero
+    (1e-300 FLOPs over 1e300 bytes, in an edited report, divided by zero)."""
+    bandwidth = peaks.memory_bw(nbytes)
+    if nbytes > 0 and bandwidth > 0 and not flops / nbytes * bandwidth > 0:
+        return None
+    return _num(roofline_fraction(flops, nbytes, best, peaks.peak_flops, bandwidth))
 
 
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:
@@ -438,8 +451,9 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
 
     from rich.markup import escape
 
-    # a model named net[red]v2 read "netv2": rich takes [..] as markup
-    table = Table(title=escape(title), caption=escape(caption), show_lines=False)
+    # a model named net[red]v2 read "netv2": rich takes [..] as markup; and what the file
+    # holds is shown, not acted on by the terminal (see printable)
+    table = Table(title=escape(printable(title)), caption=escape(printable(caption)), show_lines=False)
     headers = [
         ("layer", "left"),
         ("op", "left"),
@@ -455,7 +469,7 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     for header, justify in headers:
         table.add_column(header, justify=justify, overflow="fold")
     for row in summary_rows(report):
-        table.add_row(
+        cells = (
             str(row["name"]),
             str(row["op_class"] or "-"),
             format_match(row["match_score"]),
@@ -467,6 +481,8 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
             _fmt(row["gflops"], ".1f"),
             _fmt(None if row["roofline_fraction"] is None else row["roofline_fraction"] * 100, ".1f", "%"),
         )
+        # a layer named [/] in an edited report.json was rich's MarkupError, a traceback
+        table.add_row(*(escape(printable(cell)) for cell in cells))
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
     console.print(table)
@@ -566,7 +582,7 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
     from matplotlib.figure import Figure
 
     layer_curves = [
-        (str(l.get("name")), _points(l.get("curve") or [])) for l in report.get("layers") or []
+        (_plot_text(l.get("name")), _points(l.get("curve") or [])) for l in report.get("layers") or []
     ]
     layer_curves = [(name, pts) for name, pts in layer_curves if pts[0]]
     tuners = report.get("tuners") if isinstance(report.get("tuners"), Mapping) else {}
@@ -584,7 +600,7 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
             # the 10 colours of the cycle, another dash tells two layers of one colour apart
             ax.step(xs, ys, where="post", label=name, linewidth=1.2, marker="o" if len(xs) == 1 else None, markersize=4,
                     linestyle=("-", "--", ":", "-.")[i // 10 % 4])
-        ax.set_title(f"{report.get('model', '')}: best latency per layer")
+        ax.set_title(f"{_plot_text(report.get('model', ''))}: best latency per layer")
         _decorate(ax, bool(layer_curves), len(layer_curves))
     if tuners:
         ax = axes[index]
@@ -592,15 +608,22 @@ def plot_convergence(report: Mapping[str, Any], path: str | os.PathLike[str]) ->
             grid, med, lo, hi = _band(curves if isinstance(curves, Sequence) else [])
             if not grid:
                 continue
-            (line,) = ax.step(grid, med, where="post", label=f"{tuner} (n={len(curves)})", linewidth=1.5)
+            (line,) = ax.step(grid, med, where="post", label=f"{_plot_text(tuner)} (n={len(curves)})", linewidth=1.5)
             if len(curves) > 1:
                 ax.fill_between(grid, lo, hi, step="post", alpha=0.2, color=line.get_color())
-        ax.set_title(f"{report.get('model', '')}: tuner comparison (median, min-max)")
+        ax.set_title(f"{_plot_text(report.get('model', ''))}: tuner comparison (median, min-max)")
         _decorate(ax, True, len(tuners))
     fig.tight_layout()
     from autotune.compile import write_atomically
 
     return write_atomically(Path(path), lambda tmp: fig.savefig(tmp, format="png"), suffix=".tmp.png")
+
+
+def _plot_text(value: Any) -> str:
+    """A name as the plot draws it: control characters escaped (matplotlib warned of each
+    glyph its font lacks, the character itself in the warning) and ``$`` as itself, not
+    the start of TeX math (a ``$`` or two in a name can be math that does not parse)."""
+    return printable(str(value)).replace("$", r"\$")
 
 
 def _decorate(ax: Any, has_data: bool, n_series: int) -> None:
@@ -629,18 +652,193 @@ def write_artifacts(report: Mapping[str, Any], out_dir: str | os.PathLike[str]) 
     return paths
 
 
-def _read_report_file(path: Path) -> dict[str, Any]:
+def _read_report_file(path: Path, name: str | None = None) -> dict[str, Any]:
+    """The report in ``path``, checked (:func:`check_report`) before anything renders it;
+    ``name`` is how errors call the file (an MLflow download's temporary path says nothing)."""
+    name = name or str(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:  # `[[[[...` 100000 deep: json's own traceback
+        raise AutotuneError(f"cannot read report {name}: its JSON is nested too deeply") from None
     except (OSError, ValueError) as exc:
-        raise AutotuneError(f"cannot read report {path}: {exc}") from None
+        raise AutotuneError(f"cannot read report {name}: {exc}") from None
     if not isinstance(data, dict):
-        raise AutotuneError(f"{path} is not a report (expected a JSON object)")
-    layers = data.get("layers")
-    if not isinstance(layers, list) or not all(isinstance(layer, dict) for layer in layers):
+        raise AutotuneError(f"{name} is not a report (expected a JSON object)")
+    if not isinstance(data.get("layers"), list):
         # a history export read as one printed an empty table titled '? on ?'
-        raise AutotuneError(f"{path} is not an autotune report (it has no list of layers)")
+        raise AutotuneError(f"{name} is not an autotune report (it has no list of layers)")
+    check_report(data, name)
     return data
+
+
+# -- checking a report read from a file -------------------------------------------------------------
+# A report.json edited by hand or damaged (a string for a number, null, -1, NaN, 1e400, a
+# list for an object) ended `report` in some 16 tracebacks of the code that renders it; it
+# is checked once here, after reading, and refused in one line naming the field.
+
+def _number(value: Any) -> str | None:
+    """A measurement (seconds, FLOPs, bytes, a ratio): finite and not negative."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "not a number"
+    if isinstance(value, int) and value > sys.float_info.max:  # float() of it overflowed
+        return "too large a number"
+    if not math.isfinite(value):
+        return "not a finite number"
+    return "not a number of 0 or more" if value < 0 else None
+
+
+def _count(value: Any) -> str | None:
+    """A count (trials, occurrences, a budget): a whole number a history's int64 holds."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "not a whole number"
+    if not 0 <= value <= INT64_MAX:
+        return f"not a whole number from 0 to {INT64_MAX}"
+    return None
+
+
+def _trial(value: Any) -> str | None:
+    """A curve's trial number: a trial of 1e300 ended the plot in numpy's TypeError (the
+    plot takes it as a whole number; one past int64 is no number numpy holds)."""
+    what = _number(value)
+    if what is None and value > INT64_MAX:
+        return f"not a trial number from 0 to {INT64_MAX}"
+    return what
+
+
+def _text(value: Any) -> str | None:
+    return None if isinstance(value, str) else "not a string"
+
+
+def _flag(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "not true or false"
+
+
+class _Each:
+    """An object of any keys whose every value fits ``spec`` (``{"before": [...], ...}``)."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+
+#: A curve's point: ``[trial, best latency]`` (more items are let be), the latency null where
+#: the trials had failed.
+_POINT = (_trial, _number)
+_CURVE = [_POINT]
+_LAYER = {
+    "name": _text, "op_class": _text, "occurrences": _count, "flops": _number, "bytes": _number,
+    "match_score": _number, "match": {"neighbours": [{"relation": _text}]}, "dispatch": _text, "tuner": _text,
+    "trials": _count, "budget": _count, "probe": _flag, "resumed": _count, "exhausted": _flag,
+    "rematched": {"from": _text, "at_trial": _count}, "handed_over": {"to": _text, "after_configs": _count},
+    "other_batch": {"applied": _flag}, "best_latency": _number, "default_latency": _number, "speedup": _number,
+    "share": _number, "curve": _CURVE,
+}
+#: What this module reads of a report, and what each must be where present and not null:
+#: an object (a dict of fields), a list of items (``[spec]``), a point (a tuple) or a leaf
+#: (a function saying what a value that does not fit should have been, else None).
+#: Fields not named here are only passed on (``report --json``).
+REPORT_SPEC = {
+    "run_id": _text, "model": _text, "history": _text, "budget": _count, "history_was_empty": _flag,
+    "target": {"kind": _text, "device_name": _text}, "batch": {"size": _count},
+    "options": {"model_latency": _flag, "measure": {"timing": _text}},
+    "roofline": {"peak_flops": _number, "peak_bw": _number, "cache_bw": _number, "cache_bytes": _number,
+                 "load_per_core": _number},
+    "model_latency_before": _number, "model_latency_after": _number, "model_latency_rounds": _Each([_number]),
+    "model_latency_errors": _Each(_text), "model_layers_changed": _count, "model_changed_layers": [_text],
+    "tunable_layers": _count, "concurrent_runs": [_text], "measure_seconds": _Each(_number),
+    "measure_twins": _Each(_count), "tuners": _Each([_CURVE]), "layers": [_LAYER],
+}
+
+
+def check_report(report: Mapping[str, Any], name: str) -> None:
+    """Refuse, in one line naming the field, a report whose values are not of the kinds
+    :data:`REPORT_SPEC` says, or that holds NaN or Infinity anywhere (``report --json``
+    printed them back, which no strict JSON reader takes; tune writes null)."""
+    found = _non_finite(report) or _misfit(report, REPORT_SPEC, "")
+    if found is not None:
+        where, value, what = found
+        raise AutotuneError(f"{name}: {where or 'the report'} is {_shown(value)}, {what}")
+
+
+def _non_finite(data: Any) -> tuple[str, Any, str] | None:
+    """The first NaN or Infinity in ``data``, anywhere. Iterative: JSON nested a few hundred
+    deep parses, and a recursive walk would then overflow the stack."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, value, "which JSON does not hold (a report holds null for a value not known)"
+        if isinstance(value, Mapping):
+            stack.extend((_field(where, k), v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+def _misfit(value: Any, spec: Any, where: str) -> tuple[str, Any, str] | None:
+    """(where, value, what it should be) of the first value in ``value`` that does not fit
+    ``spec``, or None. Null is a value not known: a field may be null, and a leaf (a
+    failed trial's latency), but no layer, curve or point in a list is."""
+    if isinstance(spec, dict):
+        if not isinstance(value, Mapping):
+            return where, value, "not an object"
+        items = [(_field(where, key), value[key], sub) for key, sub in spec.items() if value.get(key) is not None]
+    elif isinstance(spec, _Each):
+        if not isinstance(value, Mapping):
+            return where, value, "not an object"
+        items = [(_field(where, key), item, spec.spec) for key, item in value.items()]
+    elif isinstance(spec, (list, tuple)):
+        if not isinstance(value, list):
+            return where, value, "not a list"
+        if isinstance(spec, tuple) and len(value) < len(spec):
+            return where, value, f"not a list of {len(spec)} items"
+        subs = spec if isinstance(spec, tuple) else [spec[0]] * len(value)
+        items = [(f"{where}[{i}]", item, sub) for i, (item, sub) in enumerate(zip(value, subs))]
+    else:
+        what = None if value is None else spec(value)
+        return None if what is None else (where, value, what)
+    for item_where, item, sub in items:
+        found = _misfit(item, sub, item_where)
+        if found is not None:
+            return found
+    return None
+
+
+#: A key written after a dot; others are written in brackets, quoted (``["a b"]``).
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _field(where: str, key: Any) -> str:
+    """``layers[3].best_latency``: where a field is, as a person would write it."""
+    key = str(key)
+    if _NAME.fullmatch(key):
+        return f"{where}.{key}" if where else key
+    return f"{where}[{_shown(key)}]"
+
+
+#: The most characters of a string an error message quotes.
+SHOWN_CHARS = 40
+
+
+def _shown(value: Any) -> str:
+    """A value as an error line quotes it: JSON's spelling, short, control characters escaped."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "an empty list" if not value else "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"a number of {len(str(abs(value)))} digits"
+    if isinstance(value, str) and len(value) > SHOWN_CHARS:
+        value = value[:SHOWN_CHARS] + "..."
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    return printable(json.dumps(value, ensure_ascii=False))
+
+
+def printable(text: str) -> str:
+    """``text`` with what a terminal would act on escaped as ``repr`` writes it (``\\x1b``,
+    ``\\n``): a model or layer named with an escape sequence in an edited report.json
+    recoloured, cleared or retitled the terminal ``report`` printed it to."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 #: What an autotune or MLflow run id can look like (hex, as both make them); anything else
@@ -769,6 +967,16 @@ def _history_run_ids(prefix: str, history: str | None) -> list[str]:
         return []
 
 
+def _history_run(store: HistoryStore, run_id: str) -> dict[str, Any] | None:
+    """History's row of the run ``run_id`` names: its whole id, or a prefix of one run's
+    alone, as ``report`` takes one of a run folder's name (None for a prefix of several)."""
+    run = store.run(run_id)
+    if run is None:
+        found = [r for r in (store.run(i) for i in store.run_ids(run_id)) if r is not None]
+        run = found[0] if len(found) == 1 else None
+    return run
+
+
 def _report_history_names(run_id: str, history: str | None) -> Path | None:
     """The report.json a run's history entry says its ``--out-dir`` holds, where it does:
     the pointer in the home's runs folder is not written where that folder cannot be."""
@@ -779,10 +987,7 @@ def _report_history_names(run_id: str, history: str | None) -> Path | None:
         return None
     try:
         with open_history(history, create=False, readonly=True) as store:
-            run = store.run(run_id)
-            if run is None:
-                found = [r for r in (store.run(i) for i in store.run_ids(run_id)) if r is not None]
-                run = found[0] if len(found) == 1 else None
+            run = _history_run(store, run_id)
     except HistoryError:
         return None
     summary = run.get("summary") if run is not None else None
@@ -810,10 +1015,7 @@ def _why_not_found(run_id: str, uri: str, history: str | None) -> str:
         return plain + f", nor in history at {mask_url(url)}"
     try:
         with open_history(history, create=False, readonly=True) as store:
-            run = store.run(run_id)
-            if run is None:  # a unique prefix, as report takes one of a run folder's name
-                found = [r for r in (store.run(i) for i in store.run_ids(run_id)) if r is not None]
-                run = found[0] if len(found) == 1 else None
+            run = _history_run(store, run_id)
     except HistoryError:
         return plain
     if run is None:
@@ -902,7 +1104,7 @@ def load_report(run_id_or_dir: str | os.PathLike[str], tracking_uri: str | None 
                     local = client.download_artifacts(run_id, REPORT_JSON, tmp)
                 except Exception:  # a missing artifact surfaces as various mlflow/OS errors
                     raise AutotuneError(_why_no_report_anywhere(found, uri, history)) from None
-                return _read_report_file(Path(local))
+                return _read_report_file(Path(local), f"{REPORT_JSON} of MLflow run {run_id}")
     except AutotuneError:
         raise
     except Exception as exc:

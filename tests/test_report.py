@@ -958,3 +958,129 @@ def test_report_copies_stay_in_the_working_directory_whatever_the_run_id(tmp_pat
     assert main(["report", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "a" / "layers.txt").read_text() == "precious"
     assert [p.name for p in work.iterdir()] == ["autotune-report-run"]
+
+
+# -- a damaged or hand-edited report.json ---------------------------------------------------------
+def _damaged(change) -> dict:
+    report = make_report()
+    change(report)
+    return report
+
+
+def _set(path: str, value):
+    """A change setting the field at ``path`` ("layers.0.curve.0.0") to ``value``."""
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+
+    def change(report: dict) -> None:
+        target = report
+        for key in parents:
+            target = target[key]
+        target[last] = value
+
+    return change
+
+
+@pytest.mark.parametrize("change, said", [
+    (_set("layers.1.best_latency", "abc"), 'layers[1].best_latency is "abc", not a number'),
+    (_set("layers.0.occurrences", "2"), 'layers[0].occurrences is "2", not a whole number'),
+    (_set("layers.0.default_latency", -1), "layers[0].default_latency is -1, not a number of 0 or more"),
+    (_set("model_latency_after", math.nan), "model_latency_after is NaN, which JSON does not hold"),
+    (_set("layers.1.curve.2.1", -math.inf), "layers[1].curve[2][1] is -Infinity, which JSON does not hold"),
+    (_set("layers.0.trials", 10**400), "layers[0].trials is a number of 401 digits, not a whole number from 0 to"),
+    (_set("layers.0.flops", 10**400), "layers[0].flops is a number of 401 digits, too large a number"),
+    (_set("tuners", {"random": [[[1e300, 0.002], [2, 0.001]], [[1, 0.003]]]}),
+     "tuners.random[0][0][0] is 1e+300, not a trial number from 0 to 9223372036854775807"),
+    (_set("layers.0.curve.1", [2]), "layers[0].curve[1] is a list, not a list of 2 items"),
+    (_set("layers.0.curve", {"1": 0.001}), "layers[0].curve is an object, not a list"),
+    (_set("layers.1", []), "layers[1] is an empty list, not an object"),
+    (_set("layers.1", None), "layers[1] is null, not an object"),
+    (_set("layers.0.name", ["conv"]), "layers[0].name is a list, not a string"),
+    (_set("target", ["llvm"]), "target is a list, not an object"),
+    (_set("roofline", {"peak_flops": "1e12", "peak_bw": 5e10}), 'roofline.peak_flops is "1e12", not a number'),
+    (_set("tuners", {"random": [[[1, 0.002]], "abc"]}), 'tuners.random[1] is "abc", not a list'),
+    (_set("model_latency_rounds", {"before": 0.01}), "model_latency_rounds.before is 0.01, not a list"),
+    (_set("layers.0.probe", "no"), 'layers[0].probe is "no", not true or false'),
+    (_set("versions", {"tvm": math.inf}), "versions.tvm is Infinity, which JSON does not hold"),  # read by nothing, printed by --json
+])
+def test_a_damaged_report_is_one_error_naming_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, change,
+                                                       said: str) -> None:
+    """A helper's fuzzing: a report.json edited by hand or damaged (a string for a number,
+    -1, NaN, a trial of 401 digits, a list for an object) ended `report` in some 16
+    tracebacks. Each is one line naming the file and the field, exit 2, and nothing written."""
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    path = tmp_path / "run" / "report.json"
+    path.write_text(json.dumps(_damaged(change)))
+    with pytest.raises(AutotuneError) as err:
+        load_report(path)
+    assert str(err.value).startswith(f"{path}: {said}")
+    for extra in ([], ["--json"]):
+        assert main(["report", str(tmp_path / "run"), *extra]) == 2
+        out, errors = capsys.readouterr()
+        assert out == "" and errors.splitlines() == [f"autotune: error: {err.value}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_report_nested_too_deeply_is_one_error(tmp_path: Path) -> None:
+    """JSON 100000 lists deep was json's RecursionError, a traceback."""
+    path = tmp_path / "report.json"
+    path.write_text('{"layers": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(AutotuneError, match=r"^cannot read report .*report\.json: its JSON is nested too deeply$"):
+        load_report(path)
+
+
+def test_report_json_is_strict_json_whatever_the_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`report --json` printed NaN and Infinity, which no strict JSON reader takes: a file
+    holding them is refused, and figures derived from finite ones (1e300 / 1e-300) that
+    overflow are null, as unknown ones are."""
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    write_artifacts(make_report(), tmp_path / "run")
+    report = make_report()
+    report["layers"][0].update(best_latency=1e-300, default_latency=1e300, flops=1e300, speedup=None)
+    report["layers"][1].update(flops=1e-300, bytes=1e300)  # its roof is 0: it divided by zero
+    (tmp_path / "run" / "report.json").write_text(json.dumps(report))
+    assert main(["report", str(tmp_path / "run"), "--json"]) == 0
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} in report --json")
+
+    rows = json.loads(capsys.readouterr().out, parse_constant=refuse)["rows"]
+    assert rows[0]["speedup"] is None and rows[0]["gflops"] is None and rows[0]["share"] is not None
+    assert rows[1]["roofline_fraction"] is None
+    (tmp_path / "run" / "report.json").write_text(json.dumps(dict(report, model_latency_before=math.nan)))
+    assert main(["report", str(tmp_path / "run"), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "model_latency_before is NaN, which JSON does not hold" in err
+
+
+def test_report_shows_the_control_characters_of_a_report_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys) -> None:
+    """Names in an edited report.json holding terminal escape sequences were printed as
+    they were: the terminal was retitled, cleared, recoloured by `report`. They are shown
+    escaped, as repr writes them; and a layer named ``[/]`` was rich's MarkupError."""
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    report = make_report()
+    report.update(model="net\x1b]0;pwned\x07", run_id="\x9b2J", concurrent_runs=["\x1bc"])
+    report["layers"][0].update(name="conv\x1b[2J\r\nx", op_class="conv2d\x08\x08\x08")
+    report["layers"][1]["name"] = "[/]dense"
+    write_artifacts(report, tmp_path / "run")
+    assert main(["report", str(tmp_path / "run")]) == 0
+    out, err = capsys.readouterr()
+    shown = out + err
+    assert not [c for c in shown if not c.isprintable() and c != "\n"]
+    flat = "".join(shown.split())
+    for escaped in (r"net\x1b]0;pwned\x07", r"conv\x1b[2J\r\nx", r"conv2d\x08\x08\x08", r"run\x9b2J", r"\x1bc",
+                    "[/]dense"):
+        assert escaped in flat, escaped
+    assert r"net\x1b]0;pwned\x07" in format_table(report)  # layers.txt too
+    # and the error line quoting a value from the file
+    (tmp_path / "run" / "report.json").write_text(json.dumps(dict(report, budget="\x1b[2J")))
+    assert main(["report", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err == f'autotune: error: {tmp_path / "run" / "report.json"}: budget is "\\u001b[2J", not a whole number\n'
