@@ -279,7 +279,8 @@ def cmd_tune(args) -> int:
     if args.json:
         # the table's figures (share of the measured time, GFLOP/s, roofline) beside the
         # layers, as `report --json` gives them: the run's own JSON left them out
-        print(json.dumps({"event": "report", **report, "rows": reporting.summary_rows(report)}, default=str))
+        print(json.dumps(reporting.strict_json({"event": "report", **report, "rows": reporting.summary_rows(report)}),
+                         allow_nan=False))
     else:
         print(reporting.format_table(report, **_table_width()))
         if report.get("history_note"):
@@ -904,8 +905,11 @@ def cmd_report(args) -> int:
     if args.json:
         # the run's report as tune --json gave it (each layer's match, records drawn on and
         # curve were left out, read only in report.json), with the table's rows beside it
-        print(json.dumps({**data, "rows": reporting.summary_rows(data), "files": [str(p) for p in paths],
-                          **({"files_not_written": unwritten} if unwritten else {})}, default=str))
+        # strict JSON whatever a figure came to (a NaN is no JSON any reader takes)
+        print(json.dumps(reporting.strict_json({**data, "rows": reporting.summary_rows(data),
+                                                "files": [str(p) for p in paths],
+                                                **({"files_not_written": unwritten} if unwritten else {})}),
+                         allow_nan=False))
     else:
         print(reporting.format_table(data, **_table_width()))
         if unwritten:
@@ -1017,8 +1021,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from autotune.errors import OptionError
 
             line = err.spelled(_flag) if isinstance(err, OptionError) else str(err)
-            # one line, whatever a file name in it holds (a newline split it in two)
-            line = line.replace("\r", "\\r").replace("\n", "\\n")
+            # one line, whatever a file name in it holds (a newline split it in two, an
+            # escape sequence recoloured the terminal)
+            from autotune.output_encoding import printable
+
+            line = printable(line)
             print(f"autotune: error: {line}", file=sys.stderr)
             return EXIT_USAGE
         if isinstance(err, UnicodeError) and not sys.getfilesystemencoding().lower().startswith("utf"):

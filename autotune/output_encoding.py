@@ -62,3 +62,11 @@ def make_printable() -> None:
         except (AttributeError, ValueError):  # not a TextIOWrapper (a test's capture): left as it is
             continue
         setattr(sys, name, _AsciiTables(stream))
+
+
+def printable(text: str) -> str:
+    """``text`` with what a terminal would act on escaped as ``repr`` writes it (``\\x1b``,
+    ``\\n``): a model or layer named with an escape sequence in an edited report.json
+    recoloured, cleared or retitled the terminal ``report`` printed it to, and a file name
+    holding one did so from an error line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

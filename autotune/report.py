@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from autotune.errors import INT64_MAX, AutotuneError
 from autotune.roofline import BUSY_LOAD, Peaks, achieved_flops, lookup_gpu, peaks_for_target, roofline_fraction
 from autotune.progress import format_latency
+from autotune.output_encoding import printable
+from autotune.table_layout import Column, fitted_table
 
 if TYPE_CHECKING:
     from autotune.history import HistoryStore
@@ -373,10 +375,21 @@ def _model_rounds_spread(report: Mapping[str, Any]) -> float | None:
     return max(spreads) if spreads else None
 
 
-def format_table(report: Mapping[str, Any], width: int = 160) -> str:
-    """The per-layer table as plain text (no ANSI codes), for terminals, logs and artifacts alike."""
+#: The columns of the per-layer table, the ones left out first on a narrow terminal last
+#: (:mod:`autotune.table_layout`): a layer's name, its tuner and its figures stay.
+TABLE_COLUMNS = (
+    Column("layer", fold_at=20), Column("op", keep=6), Column("match", justify="right", keep=4),
+    Column("tuner", fold_at=10), Column("trials", justify="right", keep=3), Column("best", justify="right"),
+    Column("speedup", justify="right"), Column("share", justify="right", keep=5),
+    Column("GFLOP/s", justify="right", keep=7), Column("roofline", justify="right", keep=8),
+)
+
+
+def format_table(report: Mapping[str, Any], width: int | None = None) -> str:
+    """The per-layer table as plain text (no ANSI codes), for terminals, logs and artifacts
+    alike: 160 columns wide, or ``width``, a terminal's, where the columns read least are
+    left out if all do not fit (and said so)."""
     from rich.console import Console
-    from rich.table import Table
 
     target = report.get("target") or {}
     target_text = " ".join(
@@ -393,81 +406,68 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
     else:
         caption = f"model latency: {_fmt_model_latency(before)} -> {_fmt_model_latency(after)}"
     if before and after:
-        caption += f"  ({before / after:.2f}x)"
+        caption += f" ({before / after:.2f}x)"
         if report.get("model_layers_changed") == 0:  # 0.48x read as a slowdown, of the same module
             caption += " no layer's schedule changed: timing noise"
         else:
             changed = _changed_share(report)
             if changed is not None and changed < NOISE_SHARE:  # 0.68x with one layer of 0.1% changed
                 caption += f" the layers that changed hold {changed * 100:.2g}% of the time: the rest is timing noise"
+    notes: list[str] = []  # a line each under the table: one ran into the next across a fold
     spread = _model_rounds_spread(report)
     if spread is not None and spread > MODEL_SPREAD_NOTED:
         # two timings minutes apart read 0.98x for modules 1.46x apart; in turn, their rounds say how steady
-        caption += f"  its rounds varied by up to {spread * 100:.0f}%: other work on the machine weighs on it"
+        notes.append(f"its rounds varied by up to {spread * 100:.0f}%: other work on the machine weighs on it")
     peaks = report.get("roofline")
     busy = _num(peaks.get("load_per_core")) if isinstance(peaks, Mapping) else None
     if busy is not None and busy >= BUSY_LOAD:  # 103 GFLOP/s measured so, 166 idle: every % read high
-        caption += (f"  roofline peaks measured while other work kept the cores {busy * 100:.0f}% busy: its "
-                    "percentages read high (`autotune info --measure-roofline` on an idle machine)")
+        notes.append(f"roofline peaks measured while other work kept the cores {busy * 100:.0f}% busy: its "
+                     "percentages read high (`autotune info --measure-roofline` on an idle machine)")
     if report.get("history_was_empty") is False and report.get("layers"):
         # what history held (a layer's default, a reused or resumed layer's best) is the
         # timing of the run that made it, under that run's load: set beside this run's it
         # mixes two machines' states (a helper's ResNet-50 tune read its new layers'
         # defaults 2x another run's); counting reused layers alone left the rest unsaid
-        caption += "  figures history held (defaults, reused and resumed bests) are the timings of the runs that made them"
+        notes.append("figures history held (defaults, reused and resumed bests) are the timings of the runs that made them")
     if report.get("tunable_layers") == 0:  # an empty table: --quiet heard no note of why
-        caption += "  no tunable layer: nothing to tune, its kernels keep TVM's defaults"
+        notes.append("no tunable layer: nothing to tune, its kernels keep TVM's defaults")
     unused = _unused_trials(report)
     if unused:
-        caption += f"  {unused}"
+        notes.append(unused)
     small = _trials_on_small_layers(report)
     if small:
-        caption += f"  {small}"
+        notes.append(small)
     errors = report.get("model_latency_errors")
     if isinstance(errors, Mapping) and errors:
-        caption += f"  (not measured: {next(iter(errors.values()))})"
+        notes.append(f"(not measured: {next(iter(errors.values()))})")
     others = report.get("concurrent_runs")
     if isinstance(others, list) and others:
         # the run that started first heard of the other only in report.json, and read 0.58x
         # for a model its twin run, with the same schedules, read 1.48x
-        caption += (f"  {'another run' if len(others) == 1 else f'{len(others)} other runs'} measured on this machine "
-                    f"meanwhile ({', '.join(map(str, others[:3]))}{', ...' if len(others) > 3 else ''}): its timings, "
-                    "these too, ran slower")
+        notes.append(f"{'another run' if len(others) == 1 else f'{len(others)} other runs'} measured on this machine "
+                     f"meanwhile ({', '.join(map(str, others[:3]))}{', ...' if len(others) > 3 else ''}): its timings, "
+                     "these too, ran slower")
     spent = report.get("measure_seconds")
     if isinstance(spent, Mapping) and any(_num(v) for v in spent.values()):
-        caption += f"  measuring: build {_num(spent.get('build')) or 0:.0f} s, run {_num(spent.get('run')) or 0:.0f} s"
+        notes.append(f"measuring: build {_num(spent.get('build')) or 0:.0f} s, run {_num(spent.get('run')) or 0:.0f} s")
         twins = report.get("measure_twins")
         reused = sum(_num(v) or 0 for v in twins.values()) if isinstance(twins, Mapping) else 0
         if reused:
-            caption += f", {reused:.0f} twin program{'' if reused == 1 else 's'} answered unmeasured"
+            notes[-1] += f", {reused:.0f} twin program{'' if reused == 1 else 's'} answered unmeasured"
     measure = options.get("measure") if isinstance(options, Mapping) else None
     if isinstance(measure, Mapping) and measure.get("timing") == "queued":
         # its few-microsecond layers read lower than a tune timed by TVM's evaluator would
-        caption += "  candidates timed queued behind a spin kernel (GPU time alone)"
+        notes.append("candidates timed queued behind a spin kernel (GPU time alone)")
     if report.get("history_was_empty"):
-        caption += f"  history was empty: {_history_path(report.get('history'))}"
+        notes.append(f"history was empty: {_history_path(report.get('history'))}")
     if report.get("run_id"):
-        caption += f"  run {report['run_id']}"
+        notes.append(f"run {report['run_id']}")
 
     from rich.markup import escape
 
     # a model named net[red]v2 read "netv2": rich takes [..] as markup; and what the file
     # holds is shown, not acted on by the terminal (see printable)
-    table = Table(title=escape(printable(title)), caption=escape(printable(caption)), show_lines=False)
-    headers = [
-        ("layer", "left"),
-        ("op", "left"),
-        ("match", "right"),
-        ("tuner", "left"),
-        ("trials", "right"),
-        ("best", "right"),
-        ("speedup", "right"),
-        ("share", "right"),
-        ("GFLOP/s", "right"),
-        ("roofline", "right"),
-    ]
-    for header, justify in headers:
-        table.add_column(header, justify=justify, overflow="fold")
+    rows = []
     for row in summary_rows(report):
         cells = (
             str(row["name"]),
@@ -482,10 +482,15 @@ def format_table(report: Mapping[str, Any], width: int = 160) -> str:
             _fmt(None if row["roofline_fraction"] is None else row["roofline_fraction"] * 100, ".1f", "%"),
         )
         # a layer named [/] in an edited report.json was rich's MarkupError, a traceback
-        table.add_row(*(escape(printable(cell)) for cell in cells))
+        rows.append([escape(printable(cell)) for cell in cells])
+    table, note = fitted_table(TABLE_COLUMNS, rows, width, title=escape(printable(title)),
+                               caption="\n".join(escape(printable(line)) for line in [caption, *notes]),
+                               caption_justify="left", show_lines=False)
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
+    console = Console(file=buf, width=width or 160, force_terminal=False, color_system=None, highlight=False)
     console.print(table)
+    if note:
+        console.print(note, markup=False)
     return buf.getvalue()
 
 
@@ -832,13 +837,6 @@ def _shown(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
     return printable(json.dumps(value, ensure_ascii=False))
-
-
-def printable(text: str) -> str:
-    """``text`` with what a terminal would act on escaped as ``repr`` writes it (``\\x1b``,
-    ``\\n``): a model or layer named with an escape sequence in an edited report.json
-    recoloured, cleared or retitled the terminal ``report`` printed it to."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 #: What an autotune or MLflow run id can look like (hex, as both make them); anything else

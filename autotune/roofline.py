@@ -226,6 +226,22 @@ def _read_cache(path: Path) -> dict[str, Any]:
         return {}
 
 
+def _cached_peaks(entry: Any) -> Peaks | None:
+    """The peaks a cache entry holds, where it holds sound ones of today's method; else None
+    (measured again): the cache is a file a person may edit, and an entry of a list or a
+    peak of 1e400 had ended a tune in a traceback."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        if entry.get("method", 1) < MEASURE_METHOD:
+            return None
+        peaks = Peaks.from_dict(entry)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        return None
+    sound = all(math.isfinite(v) and v >= 0 for v in (peaks.peak_flops, peaks.peak_bw, peaks.cache_bw, peaks.cache_bytes))
+    return peaks if sound and peaks.peak_flops > 0 and peaks.peak_bw > 0 else None
+
+
 def cpu_peaks(
     device_name: str | None = None,
     cache_path: Path | None = None,
@@ -240,12 +256,9 @@ def cpu_peaks(
     name = device_name or local_cpu_name()
     path = cache_path or default_cache_path()
     cache = _read_cache(path)
-    if not refresh and name in cache and cache[name].get("method", 1) >= MEASURE_METHOD:
-        try:
-            entry = Peaks.from_dict(cache[name])
-            return replace(entry, source="cache", device_name=name)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass
+    entry = _cached_peaks(cache.get(name)) if not refresh else None
+    if entry is not None:
+        return replace(entry, source="cache", device_name=name)
     if not measure:
         return None
     before = _cpu_seconds()
@@ -347,4 +360,6 @@ def roofline_fraction(
     ceiling = peak_flops
     if bytes > 0 and peak_bw > 0:
         ceiling = min(peak_flops, (flops / bytes) * peak_bw)
+    if not ceiling > 0:  # an intensity of 1e-320 FLOP a byte: a roof that rounds to nothing
+        return 0.0
     return achieved / ceiling

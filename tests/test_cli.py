@@ -465,6 +465,9 @@ def test_outputs_land_where_named_however_they_are_named(capsys, env, dyn_model,
     assert main(["history", "runs", "--history", "odd.db", "--json"]) == 0
     assert [r["model"] for r in json.loads(capsys.readouterr().out)] == ["r\ufffdsnet"]
     _user_error(capsys, ["layers", "no\nsuch.onnx"], contains=("no\\nsuch.onnx",))  # one line still
+    # and no escape sequence reaches the terminal from a name (it recoloured the error line)
+    line = _user_error(capsys, ["layers", "red\x1b[31m.onnx"], contains=("red\\x1b[31m.onnx",))
+    assert "\x1b" not in line
     (env / "dangling").symlink_to("gone/reports")
     _user_error(capsys, ["tune", dyn_model, *shape, "--trials", "2", "--no-mlflow", "--out-dir", "dangling"],
                 contains=("is a symlink to gone/reports, which does not exist",))

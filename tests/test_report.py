@@ -702,6 +702,22 @@ def test_cpu_peaks_cached_by_device_name(tmp_path: Path, monkeypatch: pytest.Mon
     assert str(roofline.default_cache_path()).startswith(str(tmp_path))
 
 
+@pytest.mark.parametrize("entry", [
+    ["not", "an", "entry"], {"method": "x", "peak_flops": 1e11, "peak_bw": 1e10}, {"method": 2, "peak_flops": 10**400,
+    "peak_bw": 1e10}, {"method": 2, "peak_flops": -1.0, "peak_bw": 1e10}, {"method": 2, "peak_flops": 1e11},
+], ids=["list", "method-text", "huge-int", "negative", "no-bandwidth"])
+def test_an_edited_roofline_cache_entry_is_measured_again(tmp_path: Path, entry) -> None:
+    """The cache is a file a person may edit: a list for an entry or a peak of 10^400 was
+    a traceback (AttributeError, OverflowError), a negative peak a negative roofline."""
+    cache = tmp_path / "rf.json"
+    cache.write_text(json.dumps({"Cpu A": entry}))
+    assert roofline.cpu_peaks("Cpu A", cache_path=cache, measure=False) is None
+
+
+def test_a_roof_that_rounds_to_nothing_is_no_division_by_zero() -> None:
+    assert roofline.roofline_fraction(1e-300, 1e300, 1e-3, 1e12, 1e9) == 0.0  # 1e-600 FLOP a byte: 0.0
+
+
 def test_measure_cpu_is_plausible() -> None:
     peaks = roofline.measure_cpu("this cpu", seconds=0.2)
     assert 1e8 < peaks.peak_flops < 1e14
