@@ -125,6 +125,22 @@ def test_format_table_lists_each_layer() -> None:
     assert "8 twin programs answered unmeasured" in " ".join(text.split())  # 3 not built + 5 not timed
 
 
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_format_table_fits_a_narrow_terminal_with_names_figures_and_notes_whole(width) -> None:
+    """At 80 columns each layer's name was folded into five-letter pieces over five lines,
+    and the caption's notes ran into each other (a run's id split from "run")."""
+    report = {**make_report(), "run_id": "cee0e54fbc2b"}
+    text = format_table(report, width=width)
+    lines = [line.strip() for line in text.splitlines()]
+    assert max(len(line) for line in text.splitlines()) <= width
+    for row in summary_rows(report):
+        assert row["name"] in text
+    assert "run cee0e54fbc2b" in lines  # each note a line of its own
+    assert any(line.startswith("measuring: build 42 s") for line in lines)
+    assert "left out at this terminal's width: " in text or width >= 100
+    assert "left out" not in format_table(report)  # a file's table: every column
+
+
 def test_format_table_keeps_the_digits_of_a_kernel_that_runs_for_nanoseconds() -> None:
     """A fixed "ms" with four decimals printed a 40 ns layer as 0.0000."""
     report = make_report()
