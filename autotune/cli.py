@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from autotune.budget import BUDGET_SPLITS, DEFAULT_MIN_TRIALS
 from autotune.frontend import BATCH_NORM_LAYERINGS, DEFAULT_BATCH_NORM
 from autotune.half_precision import YARDSTICK_ULPS, ZOO_DTYPES
+from autotune.table_layout import Column, plain_table
 
 EXIT_USAGE = 2
 
@@ -518,14 +519,20 @@ def cmd_history_ls(args) -> int:
         print(f"no layers in history match (its classes: {', '.join(held)}; the models tuned: {', '.join(tuned) or 'none'})"
               if held else "history is empty")
         return 0
-    # the target key whole (an H100's was cut to 'cuda:sm_90:NVIDIA-H100-80GB-')
-    width = max(28, *(len(r["target_key"]) for r in rows))
-    print(f"{'workload':<26} {'class':<17} {'layer':<34} {'target':<{width}} {'records':>7} {'ok':>5} {'best':>10}  models")
-    for r in rows:
-        best = format_latency(r["best_latency"])
-        print(f"{r['workload_key']:<26} {r['op_class']:<17} {r['layer'][:34]:<34} {r['target_key']:<{width}} {r['n_records']:>7} "
-              f"{r['n_ok']:>5} {best:>10}  {','.join(r['models']) or '-'}")
+    # the target key whole (an H100's was cut to 'cuda:sm_90:NVIDIA-H100-80GB-'); a layer's
+    # name cut in its middle past 40, where names that share a start differ
+    cells = [[r["workload_key"], r["op_class"], _fit(r["layer"], 40), r["target_key"], str(r["n_records"]), str(r["n_ok"]),
+              format_latency(r["best_latency"]), ",".join(r["models"]) or "-"] for r in rows]
+    print("\n".join(plain_table(_LS_COLUMNS, cells, _terminal_width())))
     return 0
+
+
+#: `history ls`' columns, those left out first on a narrow terminal last.
+_LS_COLUMNS = (
+    Column("workload"), Column("class", keep=3), Column("layer"), Column("target", keep=5),
+    Column("records", justify="right", keep=4), Column("ok", justify="right", keep=6),
+    Column("best", justify="right"), Column("models", keep=2),
+)
 
 
 def _check_target(store, target: str | None) -> None:
@@ -572,22 +579,19 @@ def cmd_history_runs(args) -> int:
         print("history holds no runs")
         return 0
     # columns as wide as their longest entry, up to a cap: cut at 16, squeezenet1_1_ts_dyn
-    # read as the other model squeezenet1_1_ts
-    wm = min(40, max(len("model"), *(len(str(r["model"])) for r in runs)))
-    wt = min(40, max(len("target"), *(len(str(r["target_key"])) for r in runs)))
-    wu = min(10, max(len("tuner"), *(len(str(r["tuner"])) for r in runs)))
-    shapes = [_run_inputs(r) for r in runs]  # one model at two batches or sizes read as one otherwise
-    wi = min(30, max(len("inputs"), *(len(t) for t in shapes)))
-    print(f"{'run':<12} {'started (UTC)':<19} {'model':<{wm}} {'inputs':<{wi}} {'target':<{wt}} {'tuner':<{wu}} {'batch norm':<10} "
-          f"{'status':<8} {'records':>7}")
-    for run, inputs in zip(runs, shapes):
-        started = str(run["started_at"] or "")[:19].replace("T", " ")
-        print(
-            f"{run['run_id'][:12]:<12} {started:<19} {_fit(str(run['model']), wm):<{wm}} {_fit(inputs, wi):<{wi}} "
-            f"{_fit(str(run['target_key']), wt):<{wt}} {_fit(str(run['tuner']), wu):<{wu}} {run['batch_norm']:<10} "
-            f"{run['status']:<8} {run['n_records']:>7}"
-        )
+    # read as the other model squeezenet1_1_ts; the inputs tell one model at two batches apart
+    cells = [[run["run_id"][:12], str(run["started_at"] or "")[:19].replace("T", " "), _fit(str(run["model"]), 40),
+              _fit(_run_inputs(run), 30), _fit(str(run["target_key"]), 40), _fit(str(run["tuner"]), 10),
+              str(run["batch_norm"]), str(run["status"]), str(run["n_records"])] for run in runs]
+    print("\n".join(plain_table(_RUNS_COLUMNS, cells, _terminal_width())))
     return 0
+
+
+#: `history runs`' columns, those left out first on a narrow terminal last.
+_RUNS_COLUMNS = (
+    Column("run"), Column("started (UTC)", keep=2), Column("model"), Column("inputs", keep=4), Column("target", keep=5),
+    Column("tuner", keep=3), Column("batch norm", keep=6), Column("status"), Column("records", justify="right", keep=1),
+)
 
 
 def _run_inputs(run: dict) -> str:
@@ -932,6 +936,11 @@ def _working_directory_gone() -> bool:
     except FileNotFoundError:
         return True
     return False
+
+
+def _terminal_width() -> int | None:
+    """Standard output's width where it is a terminal, else None (a file or pipe: whole lines)."""
+    return _table_width().get("width")
 
 
 def _table_width() -> dict[str, int]:

@@ -34,19 +34,43 @@ class Column:
     fold_at: int | None = None
 
 
-def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None) -> list[int]:
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None, *,
+                column_frame: int = _COLUMN_FRAME, table_frame: int = _TABLE_FRAME) -> list[int]:
     """The indices of the columns to draw within ``width`` characters, in their order:
     all of them where they fit (or ``width`` is None), else fewer, the highest ``keep``
-    first left out, until the rest fit at their least readable widths."""
+    first left out, until the rest fit at their least readable widths. ``column_frame``
+    and ``table_frame``: what each column and the table cost beyond the cells (a boxed
+    table's by default)."""
     kept = list(range(len(columns)))
     if width is None:
         return kept
     least = [_least_width(column, [row[i] for row in rows]) for i, column in enumerate(columns)]
     for i in sorted((i for i, c in enumerate(columns) if c.keep), key=lambda i: (-columns[i].keep, -i)):
-        if _TABLE_FRAME + sum(least[k] + _COLUMN_FRAME for k in kept) <= width:
+        if table_frame + sum(least[k] + column_frame for k in kept) <= width:
             break
         kept.remove(i)
     return kept
+
+
+#: The gap between a plain table's columns.
+_GAP = "  "
+
+
+def plain_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None) -> list[str]:
+    """The lines of a table without borders (``history ls`` and ``runs``): a header and a
+    line a row, each column as wide as its widest cell and two spaces from the next. Where
+    ``width`` (a terminal's) is narrower, the columns read least are left out, whole, and a
+    last line names them: the lines were 141 columns wide, each wrapped in two at 80."""
+    kept = fit_columns(columns, rows, width, column_frame=len(_GAP), table_frame=-len(_GAP))
+    widths = {i: max([len(columns[i].header), *(len(row[i]) for row in rows)]) for i in kept}
+
+    def line(cells: Sequence[str]) -> str:
+        return _GAP.join(cells[i].rjust(widths[i]) if columns[i].justify == "right" else cells[i].ljust(widths[i])
+                         for i in kept).rstrip()
+
+    lines = [line([c.header for c in columns]), *(line(row) for row in rows)]
+    note = left_out_note(columns, kept)
+    return lines + ([note] if note else [])
 
 
 def _least_width(column: Column, cells: Sequence[str]) -> int:

@@ -51,3 +51,21 @@ def test_a_file_gets_every_column(dqn_layers):
     header = next(line for line in format_table(dqn_layers).splitlines() if "layer" in line)
     assert all(column.header in header for column in LAYER_COLUMNS)
     assert "left out" not in format_table(dqn_layers)
+
+
+def test_a_plain_table_keeps_to_the_terminal_and_names_what_it_left_out():
+    """`history ls` drew 141 columns whatever the terminal: each line wrapped in two at 80."""
+    from autotune.table_layout import plain_table
+
+    columns = [Column("workload"), Column("target", keep=2), Column("records", justify="right", keep=1), Column("best", justify="right")]
+    rows = [["307245511d4d41871c1c7dfe", "llvm:znver4:AMD-EPYC", "1", "2.740 ms"],
+            ["bc9f64cb34cf60a89afdd075", "llvm:znver4:AMD-EPYC", "15", "567.1 us"]]
+    whole = plain_table(columns, rows, None)
+    assert whole[0] == "workload                  target                records      best"
+    assert whole[2] == "bc9f64cb34cf60a89afdd075  llvm:znver4:AMD-EPYC       15  567.1 us"
+    narrow = plain_table(columns, rows, 50)
+    assert narrow[:3] == ["workload                  records      best",
+                          "307245511d4d41871c1c7dfe        1  2.740 ms",
+                          "bc9f64cb34cf60a89afdd075       15  567.1 us"]
+    assert narrow[3] == "(left out at this terminal's width: target; --json has every column)"
+    assert all(len(line) <= 50 for line in narrow[:3])
