@@ -39,6 +39,9 @@ TUNABLE_CLASSES = (
 )
 #: The class of a layer whose shapes are known only at run time (never tuned).
 DYNAMIC_CLASS = "dynamic_shape"
+#: The class of a layer whose PrimFunc has no blocks to schedule (TOPI writes ScatterElements
+#: as a loop nest of its own, without a root block): TVM's default, never tuned.
+OPAQUE_CLASS = "opaque"
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1}
 _REDUCE = 2  # IterVar.iter_type of a reduction axis (CommReduce)
@@ -191,7 +194,8 @@ def decompose(mod, *, batch_size: int | None = None, sequence_first: bool = Fals
     return [describe(name, mod[name], masks[name], counts[name], batch_size, sequence_first) for name in masks]
 
 
-def _dynamic(name: str, func, params, const_mask: list[bool], occurrences: int, dtype: str) -> Layer:
+def _dynamic(name: str, func, params, const_mask: list[bool], occurrences: int, dtype: str,
+             op_class: str = DYNAMIC_CLASS) -> Layer:
     """A layer whose shapes are known only at run time (a data-dependent op's output, as
     NonMaxSuppression's): TVM's default schedule, never tuned. Its unknown dimensions
     read -1; it counts no FLOPs (an estimate would need them)."""
@@ -201,7 +205,7 @@ def _dynamic(name: str, func, params, const_mask: list[bool], occurrences: int, 
     inputs = [s for s, c in zip(shapes[:-1], const_mask) if not c]
     weights = [s for s, c in zip(shapes[:-1], const_mask) if c]
     key = _digest(["workload", _structure_hash(func), dtype])
-    return Layer(name=name, op_class=DYNAMIC_CLASS, anchor="", dtype=dtype, inputs=inputs, weights=weights,
+    return Layer(name=name, op_class=op_class, anchor="", dtype=dtype, inputs=inputs, weights=weights,
                  output=shapes[-1] if shapes else [], attrs={}, epilogue=[], flops=0.0, bytes=0.0, workload_key=key,
                  batch_invariant_key=_digest(["invariant", key]), occurrences=occurrences, func=func)
 
@@ -212,13 +216,16 @@ def describe(
     """Read one PrimFunc: anchor block, op class, shapes, attributes, FLOPs, keys."""
     import tvm
     from tvm.s_tir import Schedule
-
-    sch = Schedule(func)
-    root = sch.get_sblock("root")
-    blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
+    from tvm.s_tir.schedule import ScheduleError
 
     params = [p.ty for p in func.params]
     dtype = str(params[0].dtype) if params else "float32"
+    sch = Schedule(func)
+    try:
+        root = sch.get_sblock("root")
+    except ScheduleError:  # no blocks (ScatterElements): a ScheduleError's 60-line traceback
+        return _dynamic(name, func, params, const_mask, occurrences, dtype, op_class=OPAQUE_CLASS)
+    blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
     if any(not isinstance(d, tvm.tirx.IntImm) for t in params for d in t.shape):
         return _dynamic(name, func, params, const_mask, occurrences, dtype)
     shapes = [[int(d) for d in t.shape] for t in params]

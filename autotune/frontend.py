@@ -347,6 +347,12 @@ def _pin_shapes(
 ) -> ModelSpec:
     import onnx
 
+    if proto.functions:
+        # the dynamo exporter's model-local functions (a Gelu of its own): TVM's frontend
+        # knows no such operator, and they were refused as another operator set's
+        import onnx.inliner
+
+        proto = onnx.inliner.inline_local_functions(proto)
     initializers = {init.name for init in proto.graph.initializer}
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
     unknown = set(overrides) - {i.name for i in graph_inputs}
@@ -480,6 +486,7 @@ def to_relax(spec: ModelSpec):
     from autotune.recurrent import unroll_recurrent
 
     proto, _ = unroll_recurrent(spec.proto)  # TVM has no LSTM/GRU/RNN converter
+    proto = _constants_as_tensors(proto)
     refuse_frontend_gaps(proto, spec.source)  # nodes it would import, and compute otherwise
     _refuse_foreign_domains(proto, spec.source)
     supported = set(_get_convert_map()) | {"Constant", "If"}
@@ -491,6 +498,34 @@ def to_relax(spec: ModelSpec):
     opset = max((o.version for o in spec.proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
     with _TVM_IMPORT_LOCK:
         return _from_onnx(spec, proto, opset)
+
+
+#: A Constant's attributes other than ``value`` that TVM 0.27's frontend does not read ("no
+#: value in Constant"), with the tensor type each holds; dynamo and onnxscript write them.
+_CONSTANT_FORMS = {"value_float": 1, "value_floats": 1, "value_int": 7, "value_ints": 7}  # FLOAT, INT64
+
+
+def _constants_as_tensors(proto):
+    """``proto`` with each Constant of a scalar or list attribute given its ``value`` tensor
+    instead (a copy where any is changed), as ONNX defines them to mean."""
+    import onnx
+    from onnx import helper
+
+    found = [(i, a) for i, node in enumerate(proto.graph.node) if node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+             for a in node.attribute if a.name in _CONSTANT_FORMS]
+    if not found:
+        return proto
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    for i, attr in found:
+        node = model.graph.node[i]
+        value = helper.get_attribute_value(attr)
+        dims = [] if attr.name in ("value_float", "value_int") else [len(value)]
+        tensor = helper.make_tensor(node.output[0], _CONSTANT_FORMS[attr.name], dims, [value] if not dims else list(value))
+        kept = [a for a in node.attribute if a.name != attr.name]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("value", tensor)])
+    return model
 
 
 #: The onnxruntime contrib operators (domain ``com.microsoft``) TVM's ONNX frontend has

@@ -47,11 +47,15 @@ def refuse_frontend_gaps(proto, source: str) -> None:
                 "onnx.version_converter.convert_version(model, 13), which makes it a Resize"
             )
     resizes = [n for n in proto.graph.node if n.op_type == "Resize" and n.domain in ("", "ai.onnx")]
-    if not resizes:
+    cropped = [n for n in proto.graph.node if n.op_type == "ConvTranspose" and n.domain in ("", "ai.onnx")
+               and any(a.name == "output_shape" for a in n.attribute)]
+    if not resizes and not cropped:
         return
     from autotune.recurrent import static_shapes
 
     shapes = static_shapes(proto)
+    for node in cropped:
+        _refuse_ignored_output_shape(node, shapes, source)
     for node in resizes:
         attrs = {a.name: a for a in node.attribute}
         where = f"{source}: Resize {node.name or node.output[0]!r}"
@@ -86,6 +90,37 @@ def refuse_frontend_gaps(proto, source: str) -> None:
                     f"({exact:g}); TVM's ONNX frontend would sample at the sizes' ratio instead of that scale "
                     "(give the output size as `sizes`, or a scale that divides)"
                 )
+
+
+def _refuse_ignored_output_shape(node, shapes: dict[str, tuple[int, ...]], source: str) -> None:
+    """Raise where a ConvTranspose's ``output_shape`` crops its output: TVM's frontend does
+    not read the attribute and gives the whole transposed convolution (tf2onnx writes it
+    for ``conv2d_transpose``: 11x11 where ONNX gives 10x10, 0.41 off downstream, said by
+    nothing where the model declared no static output shape). One it would not crop passes."""
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    wanted = list(attrs["output_shape"])
+    x, w = shapes.get(node.input[0]), shapes.get(node.input[1]) if len(node.input) > 1 else None
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    if x is not None and w is not None and len(wanted) == len(x) - 2 == len(w) - 2 and auto_pad in (b"NOTSET", "NOTSET"):
+        spatial = len(wanted)
+        strides = list(attrs.get("strides", [1] * spatial))
+        dilations = list(attrs.get("dilations", [1] * spatial))
+        extra = list(attrs.get("output_padding", [0] * spatial))
+        pads = list(attrs.get("pads", [0] * 2 * spatial))
+        # what TVM computes: the whole transposed convolution, less the pads it does read
+        given = [s * (n - 1) + e + (k - 1) * d + 1 - pads[i] - pads[i + spatial]
+                 for i, (n, k, s, d, e) in enumerate(zip(x[2:], w[2:], strides, dilations, extra))]
+        if given == wanted:
+            return
+        said = f" (it would give {'x'.join(map(str, given))} for {'x'.join(map(str, wanted))})"
+    else:
+        said = ""
+    raise AutotuneError(
+        f"{source}: ConvTranspose {node.name or node.output[0]!r} has output_shape, which TVM's ONNX frontend ignores"
+        f"{said}: give the cropping as pads instead (ONNX's formula for them is in the ConvTranspose spec)"
+    )
 
 
 def _constant(proto, name: str) -> Any:

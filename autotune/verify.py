@@ -44,7 +44,9 @@ def max_abs_error(got: np.ndarray, want: np.ndarray) -> float:
     nan"), and a NaN on one side alone as an infinite error."""
     if got.shape != want.shape:
         return float("inf")
-    a, b = got.astype(np.float64), want.astype(np.float64)
+    # at least 1-d: a 0-d output's difference is a numpy scalar, which takes no masked
+    # assignment (run --check on a ReduceSum to a scalar ended in a TypeError)
+    a, b = np.atleast_1d(got.astype(np.float64)), np.atleast_1d(want.astype(np.float64))
     with np.errstate(invalid="ignore"):
         diff = np.abs(a - b)
     diff[(np.isnan(a) & np.isnan(b)) | (a == b)] = 0.0  # inf against inf is no error either

@@ -894,6 +894,86 @@ def test_operators_of_other_sets_than_onnxs_are_refused(tmp_path):
         api.layers(str(tmp_path / "custom.onnx"))
 
 
+def test_a_convtranspose_output_shape_tvm_would_ignore_is_refused(tmp_path):
+    """tf2onnx's conv2d_transpose: output_shape 10x10 of a stride-2 3x3 over 5x5, which TVM
+    gave uncropped (11x11), 0.41 off after a ReduceSum and said by nothing. One that asks for
+    the whole output passes."""
+    from autotune import api
+
+    def model(out: list[int]) -> str:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1, 1])
+        w = numpy_helper.from_array(np.ones((3, 2, 3, 3), np.float32), "w")
+        graph = helper.make_graph([helper.make_node("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2], output_shape=out),
+                                   helper.make_node("ReduceSum", ["c"], ["y"], axes=[2, 3], keepdims=1)],
+                                  "g", [x], [y], [w])
+        path = str(tmp_path / f"ct{out[0]}.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), path)
+        return path
+
+    with pytest.raises(AutotuneError, match=r"ConvTranspose 'c' has output_shape, which TVM's ONNX frontend ignores "
+                                             r"\(it would give 11x11 for 10x10\)"):
+        api.layers(model([10, 10]))
+    assert api.layers(model([11, 11]))["layers"]
+
+
+def test_a_layer_without_blocks_is_kept_as_tvm_writes_it(tmp_path):
+    """TOPI writes ScatterElements as a loop nest with no root block: `layers` and
+    `compile` ended in a ScheduleError's 60-line traceback."""
+    from autotune import api
+    from autotune.decompose import OPAQUE_CLASS
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])
+    u = helper.make_tensor_value_info("u", TensorProto.FLOAT, [3, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])
+    ids = numpy_helper.from_array(np.array([[0, 4], [1, 3], [-1, 2]], np.int64), "i")
+    graph = helper.make_graph([helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1)], "g", [x, u], [y], [ids])
+    path = str(tmp_path / "scatter.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), path)
+    assert [(l.op_class, l.tunable) for l in api.layers(path)["layers"]] == [(OPAQUE_CLASS, False)]
+    api.compile(path, tmp_path / "scatter.so", target="llvm")
+    assert api.run(tmp_path / "scatter.so", check=path, repeat=1)["check"]["ok"]
+
+
+def test_constants_of_scalar_attributes_and_model_local_functions_compile(tmp_path):
+    """What the dynamo exporter and onnxscript write: a Constant of value_ints (TVM read
+    only `value`: "no value in Constant") and a function of the model's own (refused as an
+    operator of another set). Both compile, and match ONNX's reference."""
+    from autotune import api
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    gelu = helper.make_function(
+        "pkg.local", "MyScale", ["a"], ["b"],
+        [helper.make_node("Constant", [], ["two"], value_float=2.0), helper.make_node("Mul", ["a", "two"], ["b"])],
+        opset_imports=[helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Constant", [], ["c"], value_ints=[1, 2, 3]),
+             helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "cf"], ["s"]),
+             helper.make_node("MyScale", ["s"], ["y"], domain="pkg.local")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), functions=[gelu],
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("pkg.local", 1)])
+    onnx.checker.check_model(model, full_check=True)
+    path = str(tmp_path / "dynamo.onnx")
+    onnx.save(model, path)
+    api.compile(path, tmp_path / "dynamo.so", target="llvm")
+    assert api.run(tmp_path / "dynamo.so", check=path, repeat=1)["check"]["ok"]
+
+
+def test_a_scalar_output_is_checked(tmp_path):
+    """run --check on a ReduceSum to a 0-d output ended in a TypeError (a numpy scalar
+    takes no masked assignment)."""
+    from autotune import api
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    graph = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "sum.onnx")
+    api.compile(str(tmp_path / "sum.onnx"), tmp_path / "sum.so", target="llvm")
+    check = api.run(tmp_path / "sum.so", check=str(tmp_path / "sum.onnx"), repeat=1)["check"]
+    assert check["ok"] and check["max_abs_error"] < 1e-4, check
+
+
 def test_a_model_with_no_outputs_is_refused(tmp_path):
     """It compiled to an empty module that computed nothing, and said it was written."""
     from autotune import api
@@ -948,7 +1028,8 @@ def test_outputs_tvm_imports_otherwise_than_the_model_declares_are_refused(tmp_p
     w = np.ones((3, 5, 3, 3), np.float32)
     shaped = save("convt", [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], output_shape=[15, 16],
                                              auto_pad="SAME_UPPER")], {"x": (1, 3, 7, 8), "w": w}, [("y", [1, 5, 15, 16])])
-    with pytest.raises(AutotuneError, match=r"output 'y' \(made by ConvTranspose 'y'\) shape 1x5x14x16 where the model declares 1x5x15x16"):
+    # refused since 2026-12-08 before the import, by the attribute TVM does not read
+    with pytest.raises(AutotuneError, match=r"ConvTranspose 'y' has output_shape, which TVM's ONNX frontend ignores"):
         load_and_fuse(shaped)
     norm = save("ln", [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mu", "isd"], axis=1)],
                 {"x": (2, 3, 4, 4), "g": np.ones((3, 4, 4), np.float32), "b": np.zeros((3, 4, 4), np.float32)},
