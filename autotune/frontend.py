@@ -545,6 +545,10 @@ def _refuse_foreign_domains(proto, source: str) -> None:
         )
 
 
+#: Opsets below this one: where TVM's frontend fails on such a model, converting it is suggested.
+OLD_OPSET = 13
+
+
 def _from_onnx(spec: ModelSpec, proto, opset):
     """TVM's import, its printing kept for the message a failure is owed."""
     import tvm
@@ -567,6 +571,11 @@ def _from_onnx(spec: ModelSpec, proto, opset):
             converting = re.match(r"Error converting operator (\w+)", printed.getvalue())
             where = f" at {converting.group(1)}" if converting else ""
             message = f"{spec.source}: TVM's ONNX frontend failed{where}: {first_line(err)}"
+            if opset is not None and opset < OLD_OPSET:
+                # a Slice of opset 9's attributes failed in "Cannot cast NoneType to list of
+                # Expr", and imported once converted
+                message += (f" (the model is at opset {opset}, older than TVM's frontend is written for: "
+                            "onnx.version_converter.convert_version(model, 17) may make it one that imports)")
         _drop_quietly(err)
         raise (AutotuneError(message) if isinstance(err, tvm.error.OpNotImplemented) else spec.failure(message)) from None
     sys.stdout.write(printed.getvalue())

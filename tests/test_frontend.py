@@ -960,6 +960,22 @@ def test_constants_of_scalar_attributes_and_model_local_functions_compile(tmp_pa
     assert api.run(tmp_path / "dynamo.so", check=path, repeat=1)["check"]["ok"]
 
 
+def test_a_failure_on_an_old_opset_suggests_converting(tmp_path):
+    """Slice with opset 9's attributes: TVM's "Cannot cast NoneType to list of Expr", with
+    no word that the converted model imports."""
+    from autotune import api
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2, 6])
+    node = helper.make_node("Slice", ["x"], ["y"], starts=[1, 0], ends=[3, 100], axes=[1, 2])
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 9)])
+    onnx.save(model, tmp_path / "old.onnx")
+    with pytest.raises(AutotuneError, match=r"failed at Slice: .*at opset 9, .*convert_version\(model, 17\)"):
+        api.layers(str(tmp_path / "old.onnx"))
+    onnx.save(onnx.version_converter.convert_version(model, 17), tmp_path / "new.onnx")
+    assert api.layers(str(tmp_path / "new.onnx"))["layers"]
+
+
 def test_a_scalar_output_is_checked(tmp_path):
     """run --check on a ReduceSum to a 0-d output ended in a TypeError (a numpy scalar
     takes no masked assignment)."""
