@@ -46,6 +46,9 @@ class ModelSpec:
     #: table (:mod:`autotune.rewrites`) and answers with the wrong row, silently, so
     #: ``run`` refuses given inputs outside this before they get there.
     index_limits: dict[str, int] = field(default_factory=dict)
+    #: Integer inputs a Div or Mod divides by: seeded inputs of 0 and 1 divided by zero, a
+    #: SIGFPE that killed `run --check` and the tune timing the model, with no word said.
+    divisor_inputs: frozenset[str] = frozenset()
     #: The first input's dimension the model declared as its batch by name (``batch``,
     #: ``batch_size``, ``N``... as ``dynamic_axes`` names it), before ``--input-shape``
     #: pinned it; None where no dimension is so named.
@@ -82,6 +85,7 @@ class ModelSpec:
         return {
             k: {"shape": list(v), "dtype": self.input_dtypes.get(k, "float32")}
             | ({"index_limit": self.index_limits[k]} if k in self.index_limits else {})
+            | ({"nonzero": True} if k in self.divisor_inputs else {})
             for k, v in self.input_shapes.items()
         }
 
@@ -415,6 +419,7 @@ def _pin_shapes(
     return ModelSpec(
         name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
         batch_norms=batch_norms, index_limits=index_limits(proto, [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]),
+        divisor_inputs=divisor_inputs(proto, [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]),
         declared_batch_axis=_declared_batch_axis(graph_inputs[0]) if graph_inputs else None,
         given_shapes={i.name: _shape_text(i.type.tensor_type.shape.dim) for i in graph_inputs if i.name in overrides},
     )
@@ -436,6 +441,14 @@ def index_limits(proto, integer_inputs: list[str]) -> dict[str, int]:
         if -len(dims) <= axis < len(dims):
             limits[ids] = min(limits.get(ids, dims[axis]), dims[axis])
     return limits
+
+
+def divisor_inputs(proto, integer_inputs: list[str]) -> frozenset[str]:
+    """Those of ``integer_inputs`` a ``Div`` or ``Mod`` divides by, directly: an integer
+    division by zero is no NaN but a SIGFPE, which ends the process."""
+    return frozenset(node.input[1] for node in proto.graph.node
+                     if node.op_type in ("Div", "Mod") and node.domain in ("", "ai.onnx") and len(node.input) > 1
+                     and node.input[1] in integer_inputs)
 
 
 def _computes_shapes(proto) -> bool:

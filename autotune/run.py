@@ -101,6 +101,8 @@ def seeded_inputs(meta: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
         else:  # an index over its whole table where the module knows its length (rows 0 and 1 alone
             # of a 50-row embedding were checked), else 0 and 1: masks and flags
             out[name] = rng.integers(0, _index_limit(info) or 2, size=shape).astype(dtype)
+        if dtype.kind in "iu" and info.get("nonzero") is True:  # a divisor: 0 is a SIGFPE, not a NaN
+            out[name][out[name] == 0] = 1
     return out
 
 

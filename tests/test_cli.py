@@ -2047,3 +2047,19 @@ def test_a_damaged_module_description_is_one_line(capsys, env, dyn_model, entry)
     (env / "m.so.json").write_text(json.dumps(meta))
     capsys.readouterr()
     _user_error(capsys, ["run", "m.so", "--repeat", "1"], contains=("m.so.json is not a valid module description: input 'x'",))
+
+
+def test_seeded_inputs_never_divide_an_integer_by_zero(env):
+    """An int64 Div of two inputs: the seeded inputs (0 and 1) divided by zero, a SIGFPE
+    that ended `run --check` (exit -8, nothing said) and a tune while it timed the model.
+    The description marks a divisor, and its seeded values are never 0."""
+    a = helper.make_tensor_value_info("a", TensorProto.INT64, [3, 8])
+    b = helper.make_tensor_value_info("b", TensorProto.INT64, [3, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [3, 8])
+    graph = helper.make_graph([helper.make_node("Div", ["a", "b"], ["y"])], "g", [a, b], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), env / "div.onnx")
+    assert main(["compile", "div.onnx", "--target", "llvm", "-o", "div.so"]) == 0
+    described = json.loads((env / "div.so.json").read_text())["inputs"]
+    assert described["b"].get("nonzero") is True and "nonzero" not in described["a"]
+    proc = _cli("run", "div.so", "--check", "div.onnx", "--repeat", "1", cwd=env)
+    assert proc.returncode == 0 and "check vs ONNX reference: OK" in proc.stdout, (proc.returncode, proc.stderr)
