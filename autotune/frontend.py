@@ -405,7 +405,7 @@ def _pin_shapes(
     if overrides or _computes_shapes(proto):
         proto = _simplify(proto, shapes)
     batch_norms = sum(1 for node in proto.graph.node if node.op_type == "BatchNormalization")
-    try:  # before the fold: it read a malformed conv or batch norm's weights as given (22 tracebacks)
+    try:  # before the fold: it read a malformed conv or batch norm's weights as given (a fuzzing trial's tracebacks)
         onnx.checker.check_model(proto)
     except Exception as err:
         raise AutotuneError(f"invalid ONNX model {source}: {first_line(err)}") from None
@@ -416,10 +416,10 @@ def _pin_shapes(
 
         proto, _ = fold_into_conv(proto)
     outputs = [o.name for o in proto.graph.output]
+    integers = [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]
     return ModelSpec(
         name=name, source=source, proto=proto, input_shapes=shapes, input_dtypes=dtypes, output_names=outputs,
-        batch_norms=batch_norms, index_limits=index_limits(proto, [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]),
-        divisor_inputs=divisor_inputs(proto, [n for n, d in dtypes.items() if d.startswith(("int", "uint"))]),
+        batch_norms=batch_norms, index_limits=index_limits(proto, integers), divisor_inputs=divisor_inputs(proto, integers),
         declared_batch_axis=_declared_batch_axis(graph_inputs[0]) if graph_inputs else None,
         given_shapes={i.name: _shape_text(i.type.tensor_type.shape.dim) for i in graph_inputs if i.name in overrides},
     )
