@@ -117,30 +117,11 @@ def _quiet_mlflow() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def env_defaults(**values: str) -> Iterator[None]:
-    """Set environment variables the user has not set, for the duration of the block only."""
-    added = [k for k in values if k not in os.environ]
-    for key in added:
-        os.environ[key] = values[key]
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)
-
-
-def _fast_fail_http(uri: str) -> contextlib.AbstractContextManager[None]:
-    """For the first request to a remote server, fail in seconds rather than MLflow's minutes of retries."""
-    if not uri.startswith(("http://", "https://")):
-        return contextlib.nullcontext()
-    return env_defaults(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
-
-
-@contextlib.contextmanager
-def _env_forced(**values: str) -> Iterator[None]:
-    """Set environment variables for the block, the user's own too, and put them back after."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
+def env_defaults(*, force: bool = False, **values: str) -> Iterator[None]:
+    """Set environment variables for the duration of the block only: those the user has not
+    set, or with ``force`` the user's own too; each put back as it was after."""
+    saved = {key: os.environ.get(key) for key in values if force or key not in os.environ}
+    os.environ.update({key: values[key] for key in saved})
     try:
         yield
     finally:
@@ -151,13 +132,14 @@ def _env_forced(**values: str) -> Iterator[None]:
                 os.environ[key] = old
 
 
-def _one_try_http(uri: str) -> contextlib.AbstractContextManager[None]:
-    """One try, in seconds, for a remote store that has just failed a write after all its
-    retries (MLflow's default is about four minutes of them): the user's setting included,
-    since that allowance has just been spent. A local store is left as it is."""
+def _fast_fail_http(uri: str, *, force: bool = False) -> contextlib.AbstractContextManager[None]:
+    """For the first request to a remote server, fail in seconds rather than MLflow's minutes
+    of retries. ``force``: the user's own setting too, for a store that has just failed a
+    write after all its retries (that allowance has been spent; the FAILED end waited it
+    out again). A local store is left as it is."""
     if not uri.startswith(("http://", "https://")):
         return contextlib.nullcontext()
-    return _env_forced(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+    return env_defaults(force=force, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
 
 
 def open_client(uri: str | None = None, *, writing: bool = False) -> tuple["MlflowClient", str]:
@@ -308,30 +290,25 @@ def start_note(params: Mapping[str, Any]) -> str:
     return text + (": " + ", ".join(extras) if extras else "") + "."
 
 
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def trials_used(report: Mapping[str, Any]) -> int:
     """Trials measured in this run, all layers together (the budget is what was allowed)."""
+    from autotune.report import _num
+
     layers = report.get("layers") or []
-    return sum(int(_number(layer.get("trials")) or 0) for layer in layers if isinstance(layer, Mapping))
+    return sum(int(_num(layer.get("trials")) or 0) for layer in layers if isinstance(layer, Mapping))
 
 
 def report_note(report: Mapping[str, Any]) -> str:
     """The finished run's description, the line a user reads in MLflow's run list and run
     page: what was tuned, the model's latency before and after, the trials spent."""
     from autotune.progress import format_latency
+    from autotune.report import _num
 
     target = report.get("target")
     kind, arch, device = ((target.get("kind"), target.get("arch"), target.get("device_name"))
                           if isinstance(target, Mapping) else (target, None, None))
     text = _tuned_what(report.get("model"), report.get("model_source"), kind, arch, device) + ": "
-    before, after = _number(report.get("model_latency_before")), _number(report.get("model_latency_after"))
+    before, after = _num(report.get("model_latency_before")), _num(report.get("model_latency_after"))
     if before and after:
         text += f"model latency {format_latency(before)} -> {format_latency(after)} ({before / after:.2f}x)"
     else:
@@ -342,9 +319,9 @@ def report_note(report: Mapping[str, Any]) -> str:
     text += " trials"
     if report.get("tuner") is not None:
         text += f", tuner {report['tuner']}"
-    changed = _number(report.get("model_layers_changed"))
+    changed = _num(report.get("model_layers_changed"))
     if changed is not None:  # of the model's layers: with --max-layers the report lists fewer
-        of = _number(report.get("tunable_layers"))
+        of = _num(report.get("tunable_layers"))
         text += f"; {int(changed)} of {int(of) if of is not None else len(report.get('layers') or [])} layers changed"
     text += "."
     if report.get("run_id"):
@@ -704,7 +681,7 @@ class MlflowTracker(Tracker):
         self._ended = True
         # after a store failure a server lost mid-tune is waited out once, not twice: the
         # FAILED end that follows waited MLflow's minutes of retries again before the error
-        with _one_try_http(self.uri or "") if self._failed else contextlib.nullcontext():
+        with _fast_fail_http(self.uri or "", force=True) if self._failed else contextlib.nullcontext():
             self.flush()
             with self._guard("end the run"):
                 for run in dict.fromkeys(reversed(self._stack + self._open)):

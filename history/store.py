@@ -720,8 +720,6 @@ class HistoryStore:
 
     def _record_from_row(self, row: Any) -> Record:
         with self._read_back("record", f"id {row.id}"):
-            if not isinstance(row.status, str):
-                raise TypeError(f"status {row.status!r}")
             return Record(
                 id=int(row.id),
                 workload_key=_text(row, "workload_key"),
@@ -735,7 +733,7 @@ class HistoryStore:
                 latency_std=None if row.latency_std is None else _real(row.latency_std),
                 repeats=int(row.repeats),
                 samples=tuple(_real(s) for s in _json_of(row.samples_json or "[]", list)),
-                status=row.status,
+                status=_text(row, "status"),
                 error=_text(row, "error", nullable=True),
                 verified=None if row.verified is None else bool(row.verified),
                 run_id=_text(row, "run_id", nullable=True),
